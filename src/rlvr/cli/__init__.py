@@ -1,0 +1,19 @@
+"""The `rlvr` command line. Each area registers its commands from its own module in this package."""
+
+from __future__ import annotations
+
+import typer
+
+from rlvr.cli import models
+
+app = typer.Typer(
+    name="rlvr",
+    help="Train multi-turn LLM agents with turn-level credit assignment (MT-GRPO and relatives).",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+app.add_typer(models.app, name="models")
+
+
+def main() -> None:
+    app()

