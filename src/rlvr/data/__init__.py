@@ -1,0 +1,1 @@
+"""Datasets shared by the environments: synthetic generators (offline defaults) and loaders of real data."""
