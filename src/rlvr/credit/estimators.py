@@ -1,0 +1,308 @@
+"""Turn-level advantage estimators for one group (the rollouts of one prompt).
+
+Every estimator maps
+    turn_rewards[i][k]     reward of assistant turn k of rollout i (one entry per assistant turn),
+    outcome_rewards[i]     the rollout's outcome reward,
+    first_result_turn[i]   index of the first assistant turn whose environment reply was a tool result, or None,
+to advantages[i][k], one per assistant turn. Pure functions: no verifiers, no torch.
+
+Indexing: turns are 0-based here; the papers write them 1-based (turn k here is turn k+1 there). A rollout
+with K assistant turns has turns 0..K-1, and its outcome arrives with its last turn K-1.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+
+from rlvr.credit.normalize import EPSILON, group_normalize
+
+UNREACHED = ("exclude", "zero")
+
+
+def _norm(values: Sequence[float], params: dict) -> list[float]:
+    return group_normalize(values, norm=params["norm"], eps=params["eps"], std_floor=params["std_floor"])
+
+
+def _broadcast(per_rollout: Sequence[float], turn_rewards: Sequence[Sequence[float]]) -> list[list[float]]:
+    return [[a] * len(turns) for a, turns in zip(per_rollout, turn_rewards, strict=True)]
+
+
+def grpo(turn_rewards, outcome_rewards, first_result_turn, *, norm="std", eps=EPSILON, std_floor=None):
+    """GRPO-OR: A = norm(R_outcome) on every turn.
+
+    MT-GRPO paper's code with `no_turn_reward=True`: advantages = outcome_advantages
+    (verifiers/trainers/grpo_env_trainer.py, _generate_and_score_completions).
+    """
+    p = dict(norm=norm, eps=eps, std_floor=std_floor)
+    return _broadcast(_norm(outcome_rewards, p), turn_rewards)
+
+
+def grpo_mr(turn_rewards, outcome_rewards, first_result_turn, *, norm="std", eps=EPSILON, std_floor=None):
+    """GRPO-MR: A = norm(R_outcome + sum_k r_k) on every turn (the trajectory-level "merged reward").
+
+    grpo_env_trainer.py: advantages = combined_advantages, combined = turn + outcome reward functions, weighted.
+    """
+    p = dict(norm=norm, eps=eps, std_floor=std_floor)
+    combined = [math.fsum(t) + o for t, o in zip(turn_rewards, outcome_rewards, strict=True)]
+    return _broadcast(_norm(combined, p), turn_rewards)
+
+
+def mt_grpo(
+    turn_rewards,
+    outcome_rewards,
+    first_result_turn,
+    *,
+    coef: float = 1.0,
+    coef_on: str = "turn",
+    norm="std",
+    eps=EPSILON,
+    std_floor=None,
+):
+    """MT-GRPO (arXiv 2505.11821) as its original code computes it.
+
+    Source: SiliangZeng/Multi-Turn-RL-Agent, verifiers/trainers/mt_grpo_env_trainer.py, `_assign_advantages`
+    with advantage_est="aae" (and verl-tool's port, verl_tool/recipe/mt_grpo/mt_grpo_core_algos.py):
+        A_turn = norm(R_turn), R_turn = sum of turn rewards          (the trajectory's turn reward)
+        A_out  = norm(R_outcome)
+        A_comb = norm(R_turn + R_outcome)
+        rollout with a tool result, turns k <= t (t = first_result_turn):  A_out + coef * A_turn
+                                    turns k >  t:                         A_out
+        rollout without a tool result, every turn:                        A_comb
+    The code puts the split at the start of the environment message holding the first `<result>`, so the turn
+    that *produced* that result (turn t) still gets the turn term: it is the turn being credited.
+    All three normalisations run over the whole group, with and without tool results alike.
+
+    coef_on="outcome" writes it as the paper's Eq. 5 does instead: turns k <= t get A_turn + coef * A_out.
+    """
+    if coef_on not in ("turn", "outcome"):
+        raise ValueError(f"mt_grpo: coef_on must be 'turn' (original code) or 'outcome' (paper Eq. 5), got {coef_on!r}")
+    p = dict(norm=norm, eps=eps, std_floor=std_floor)
+    r_turn = [math.fsum(t) for t in turn_rewards]
+    a_turn = _norm(r_turn, p)
+    a_out = _norm(outcome_rewards, p)
+    a_comb = _norm([t + o for t, o in zip(r_turn, outcome_rewards, strict=True)], p)
+    out = []
+    for i, turns in enumerate(turn_rewards):
+        t = first_result_turn[i]
+        if t is None:
+            out.append([a_comb[i]] * len(turns))
+            continue
+        early = a_out[i] + coef * a_turn[i] if coef_on == "turn" else a_turn[i] + coef * a_out[i]
+        out.append([early if k <= t else a_out[i] for k in range(len(turns))])
+    return out
+
+
+def ms_po(turn_rewards, outcome_rewards, first_result_turn, *, gamma: float = 1.0, norm="std", eps=EPSILON, std_floor=None):
+    """MS-PO, the cumulative variant of MT-GRPO.
+
+    Source: mt_grpo_env_trainer.py, `_assign_advantages` with advantage_est="cae":
+        cumulative = R_turn + discount_factor * R_outcome;  A_cum = norm(cumulative), A_out = norm(R_outcome)
+        turns k <= t: A_cum;  turns k > t: A_out;  no tool result: A_cum on every turn.
+    """
+    p = dict(norm=norm, eps=eps, std_floor=std_floor)
+    cumulative = [math.fsum(t) + gamma * o for t, o in zip(turn_rewards, outcome_rewards, strict=True)]
+    a_cum = _norm(cumulative, p)
+    a_out = _norm(outcome_rewards, p)
+    out = []
+    for i, turns in enumerate(turn_rewards):
+        t = first_result_turn[i]
+        out.append([a_cum[i] if t is None or k <= t else a_out[i] for k in range(len(turns))])
+    return out
+
+
+def _per_index_normalize(
+    values: Sequence[Sequence[float]], p: dict, unreached: str
+) -> list[list[float]]:
+    """Normalise values[i][k] across rollouts i separately for every turn index k.
+
+    unreached="exclude": the statistics of index k use only the rollouts that have an entry at k (the paper's
+        "rollouts that reached turn k").
+    unreached="zero": rollouts without an entry at k count as 0 in the statistics of index k.
+    Why "zero" exists (verl RFC #7244, "a turn-level baseline that stays unbiased under variable turn counts"): when
+    the policy decides when to stop, a per-index baseline computed only over the rollouts that went on is an
+    action-dependent baseline, which biases the policy gradient (an implicit bonus of -E[R_intermediate] on "take
+    another turn"). Counting unreached turns as 0 makes every index's baseline use the whole group, independent of
+    the rollout's own stopping turn. Use "zero" when the agent controls termination; "exclude" reproduces the paper.
+    """
+    if unreached not in UNREACHED:
+        raise ValueError(f"unreached must be one of {UNREACHED}, got {unreached!r}")
+    out = [[0.0] * len(v) for v in values]
+    for k in range(max((len(v) for v in values), default=0)):
+        if unreached == "exclude":
+            members = [i for i, v in enumerate(values) if len(v) > k]
+            column = [values[i][k] for i in members]
+        else:
+            members = list(range(len(values)))
+            column = [v[k] if len(v) > k else 0.0 for v in values]
+        for i, a in zip(members, _norm(column, p), strict=True):
+            if len(values[i]) > k:
+                out[i][k] = a
+    return out
+
+
+def mt_grpo_k(
+    turn_rewards,
+    outcome_rewards,
+    first_result_turn,
+    *,
+    alpha: float = 1.0,
+    unreached: str = "exclude",
+    norm="std",
+    eps=EPSILON,
+    std_floor=None,
+):
+    """MT-GRPO generalised to K turns (arXiv 2505.11821, Eq. 12):
+
+        A_k = sum_{l=k}^{K-1} alpha^(l-k) * A^I_l + alpha^(K-k) * A^O          (1-based turns k = 1..K)
+
+    A^I_l is the intermediate reward of turn l normalised within the group over the rollouts that reached turn l
+    as an intermediate turn, A^O = norm(R_outcome). 0-based (this code), a rollout with K turns gives turn k:
+        A_k = sum_{l=k}^{K-2} alpha^(l-k) * A^I_l + alpha^(K-1-k) * A^O,
+    so its last turn gets A^O alone. In the paper the last turn's reward *is* the outcome; a turn reward the
+    environment gives to the last turn (e.g. a format score) is therefore added to R_outcome before A^O.
+    alpha = 0 leaves every intermediate turn with its own A^I_k and the last turn with A^O.
+    """
+    p = dict(norm=norm, eps=eps, std_floor=std_floor)
+    intermediate = [list(t[:-1]) for t in turn_rewards]
+    outcome = [o + (t[-1] if t else 0.0) for t, o in zip(turn_rewards, outcome_rewards, strict=True)]
+    a_int = _per_index_normalize(intermediate, p, unreached)
+    a_out = _norm(outcome, p)
+    out = []
+    for i, turns in enumerate(turn_rewards):
+        K = len(turns)
+        adv = []
+        for k in range(K):
+            future = math.fsum(alpha ** (j - k) * a_int[i][j] for j in range(k, K - 1))
+            adv.append(future + alpha ** (K - 1 - k) * a_out[i])
+        out.append(adv)
+    return out
+
+
+def _discounted_returns(turns: Sequence[float], outcome: float, gamma: float) -> list[float]:
+    """G_k = sum_{l=k}^{K-1} gamma^(l-k) r_l + gamma^(K-1-k) R_outcome (0-based; the outcome arrives with turn K-1).
+
+    Written backwards, G_{K-1} = r_{K-1} + R_outcome and G_k = r_k + gamma * G_{k+1} (Sutton & Barto, Eq. 3.9).
+    """
+    returns = [0.0] * len(turns)
+    g = outcome
+    for k in reversed(range(len(turns))):
+        g = turns[k] + (g if k == len(turns) - 1 else gamma * g)
+        returns[k] = g
+    return returns
+
+
+def turn_return(
+    turn_rewards,
+    outcome_rewards,
+    first_result_turn,
+    *,
+    state_keys: Sequence[Sequence[Hashable]] | None = None,
+    gamma: float = 1.0,
+    omega: float = 1.0,
+    unreached: str = "exclude",
+    norm="std",
+    eps=EPSILON,
+    std_floor=None,
+):
+    """Discounted turn returns, normalised within the group.
+
+    Without state keys: A_k = norm_k(G_k), normalised per turn index k (as GTPO, arXiv 2511.14846, normalises
+    returns per turn), with the `unreached` option of `_per_index_normalize`.
+
+    With state keys (one hashable key per turn, e.g. a hash of the observation the turn acted on), GiGPO's two-level
+    advantage (arXiv 2505.10978, Sec. 3, Eq. 7-9): A = A^E + omega * A^S, where
+        A^E = norm(R(tau)) over the group, R(tau) = sum of turn rewards + R_outcome (episode-level group), and
+        A^S = norm(G_k) within each anchor-state group: all turns of the group's rollouts with the same key,
+              whatever their index (step-level group). A key seen once gives A^S = 0.
+    """
+    p = dict(norm=norm, eps=eps, std_floor=std_floor)
+    returns = [_discounted_returns(t, o, gamma) for t, o in zip(turn_rewards, outcome_rewards, strict=True)]
+    if state_keys is None:
+        return _per_index_normalize(returns, p, unreached)
+    episode = _norm([math.fsum(t) + o for t, o in zip(turn_rewards, outcome_rewards, strict=True)], p)
+    anchors: dict[Hashable, list[tuple[int, int]]] = defaultdict(list)
+    for i, keys in enumerate(state_keys):
+        for k, key in enumerate(keys):
+            anchors[key].append((i, k))
+    step = [[0.0] * len(t) for t in turn_rewards]
+    for members in anchors.values():
+        for (i, k), a in zip(members, _norm([returns[i][k] for i, k in members], p), strict=True):
+            step[i][k] = a
+    return [[episode[i] + omega * s for s in step[i]] for i in range(len(turn_rewards))]
+
+
+ESTIMATOR_FUNCS = {
+    "grpo": grpo,
+    "grpo_mr": grpo_mr,
+    "mt_grpo": mt_grpo,
+    "ms_po": ms_po,
+    "mt_grpo_k": mt_grpo_k,
+    "turn_return": turn_return,
+}
+ESTIMATORS = frozenset(ESTIMATOR_FUNCS)
+
+
+def compute_advantages(
+    estimator: str,
+    turn_rewards: Sequence[Sequence[float]],
+    outcome_rewards: Sequence[float],
+    first_result_turn: Sequence[int | None],
+    *,
+    state_keys: Sequence[Sequence[Hashable]] | None = None,
+    **params,
+) -> list[list[float]]:
+    """Advantages for one group: `advantages[i][k]` for assistant turn k of rollout i.
+
+    `params` go to the estimator (e.g. coef, gamma, alpha, omega, unreached, norm, eps, std_floor); an unknown
+    name is an error rather than silently ignored.
+    """
+    if estimator not in ESTIMATOR_FUNCS:
+        raise ValueError(f"compute_advantages: unknown estimator {estimator!r}; choose one of {sorted(ESTIMATORS)}")
+    _validate(turn_rewards, outcome_rewards, first_result_turn, state_keys)
+    turn_rewards = [[float(r) for r in t] for t in turn_rewards]
+    outcome_rewards = [float(o) for o in outcome_rewards]
+    func = ESTIMATOR_FUNCS[estimator]
+    if state_keys is not None:
+        if estimator != "turn_return":
+            raise ValueError(
+                f"compute_advantages: state_keys (anchor-state grouping, GiGPO) only apply to 'turn_return', "
+                f"not {estimator!r}; drop state_keys or use estimator='turn_return'"
+            )
+        params["state_keys"] = state_keys
+    accepted = set(inspect.signature(func).parameters) - {"turn_rewards", "outcome_rewards", "first_result_turn"}
+    unknown = set(params) - accepted
+    if unknown:
+        raise TypeError(
+            f"compute_advantages({estimator!r}): unknown parameter(s) {sorted(unknown)}; it accepts {sorted(accepted)}"
+        )
+    return func(turn_rewards, outcome_rewards, first_result_turn, **params)
+
+
+def _validate(turn_rewards, outcome_rewards, first_result_turn, state_keys) -> None:
+    n = len(turn_rewards)
+    if len(outcome_rewards) != n or len(first_result_turn) != n:
+        raise ValueError(
+            f"compute_advantages: one entry per rollout is needed in each input, got {n} turn_rewards, "
+            f"{len(outcome_rewards)} outcome_rewards, {len(first_result_turn)} first_result_turn"
+        )
+    if state_keys is not None and len(state_keys) != n:
+        raise ValueError(f"compute_advantages: {len(state_keys)} state_keys lists for {n} rollouts")
+    for i, (turns, t) in enumerate(zip(turn_rewards, first_result_turn, strict=True)):
+        for k, r in enumerate(turns):
+            if not math.isfinite(float(r)):
+                raise ValueError(f"compute_advantages: turn_rewards[{i}][{k}] is {r!r}; rewards must be finite")
+        if not math.isfinite(float(outcome_rewards[i])):
+            raise ValueError(f"compute_advantages: outcome_rewards[{i}] is {outcome_rewards[i]!r}; must be finite")
+        if t is not None and not (isinstance(t, int) and 0 <= t < len(turns)):
+            raise ValueError(
+                f"compute_advantages: first_result_turn[{i}] = {t!r} but rollout {i} has {len(turns)} turns; "
+                "give the index of an existing assistant turn (0-based) or None when no tool result came back"
+            )
+        if state_keys is not None and len(state_keys[i]) != len(turns):
+            raise ValueError(
+                f"compute_advantages: state_keys[{i}] has {len(state_keys[i])} keys for {len(turns)} turns; "
+                "give one anchor-state key per assistant turn"
+            )
