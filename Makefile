@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PYPROJECTS := pyproject.toml $(wildcard environments/*/pyproject.toml)
 STAMP := $(VENV)/.setup-$(shell cat $(PYPROJECTS) scripts/setup.sh 2>/dev/null | sha256sum | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
-LOCK_ARGS := pyproject.toml --extra gpu --extra train --extra retrieval --generate-hashes \
+LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet
 
 .PHONY: setup test demo bench lint lock lock-check clean

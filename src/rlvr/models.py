@@ -9,6 +9,7 @@ Anything else (a local directory or a hub id) passes through unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -23,65 +24,45 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Hermes-style tool calling (the format vLLM's `hermes` tool parser reads), laid out like Qwen2.5's template
 # on SmolLM2's <|im_start|>/<|im_end|> tokens. SmolLM2's own template has no tool support.
-TOOL_CHAT_TEMPLATE = r"""{%- macro render_content(content) -%}
-{%- if content is string -%}{{ content }}{%- elif content -%}{%- for part in content -%}{%- if part.type == 'text' -%}{{ part.text }}{%- endif -%}{%- endfor -%}{%- endif -%}
+TOOL_CHAT_TEMPLATE = r"""
+{%- macro text(content) -%}
+{%- if content is string -%}{{ content }}{%- elif content -%}{%- for part in content if part.type == 'text' -%}{{ part.text }}{%- endfor -%}{%- endif -%}
 {%- endmacro -%}
 {%- if messages and messages[0].role == 'system' -%}
-{%- set system_message = render_content(messages[0].content) -%}{%- set loop_messages = messages[1:] -%}
+{%- set system_message = text(messages[0].content) -%}{%- set loop_messages = messages[1:] -%}
 {%- else -%}
 {%- set system_message = 'You are a helpful AI assistant named SmolLM, trained by Hugging Face' -%}{%- set loop_messages = messages -%}
 {%- endif -%}
-<|im_start|>system
-{{ system_message }}
-{%- if tools %}
-
-# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
-<tools>
-{%- for tool in tools %}
-{{ tool | tojson }}
-{%- endfor %}
-</tools>
-
-For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
-<tool_call>
-{"name": <function-name>, "arguments": <args-json-object>}
-</tool_call>
-{%- endif %}<|im_end|>
-{% for message in loop_messages -%}
-{%- if message.role == 'assistant' -%}
-<|im_start|>assistant
-{{ render_content(message.content) }}
-{%- if message.tool_calls -%}
-{%- for tool_call in message.tool_calls -%}
-{%- set call = tool_call.function if tool_call.function is defined else tool_call -%}
-{%- if (message.content and render_content(message.content)) or not loop.first %}
-{% endif -%}
-<tool_call>
-{"name": "{{ call.name }}", "arguments": {% if call.arguments is string %}{{ call.arguments }}{% else %}{{ call.arguments | tojson }}{% endif %}}
-</tool_call>
-{%- endfor -%}
+{{- '<|im_start|>system\n' + system_message -}}
+{%- if tools -%}
+{{- '\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' -}}
+{{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' -}}
+{%- for tool in tools -%}{{- '\n' + (tool | tojson) -}}{%- endfor -%}
+{{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments within '
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' -}}
 {%- endif -%}
-<|im_end|>
-{% elif message.role == 'tool' -%}
-{%- if loop.first or loop_messages[loop.index0 - 1].role != 'tool' -%}<|im_start|>user
-{% endif -%}
-<tool_response>
-{{ render_content(message.content) }}
-</tool_response>
-{%- if loop.last or loop_messages[loop.index0 + 1].role != 'tool' -%}<|im_end|>
-{% else %}
-{% endif -%}
-{%- else -%}
-<|im_start|>{{ message.role }}
-{{ render_content(message.content) }}<|im_end|>
-{% endif -%}
+{{- '<|im_end|>\n' -}}
+{%- for message in loop_messages -%}
+{%- if message.role == 'assistant' -%}
+{{- '<|im_start|>assistant\n' + text(message.content) -}}
+{%- for tool_call in message.tool_calls or [] -%}
+{%- set call = tool_call.function if tool_call.function is defined else tool_call -%}
+{%- if text(message.content) or not loop.first -%}{{- '\n' -}}{%- endif -%}
+{{- '<tool_call>\n{"name": "' + call.name + '", "arguments": ' -}}
+{{- call.arguments if call.arguments is string else (call.arguments | tojson) -}}
+{{- '}\n</tool_call>' -}}
 {%- endfor -%}
-{%- if add_generation_prompt -%}<|im_start|>assistant
-{% endif -%}"""
+{{- '<|im_end|>\n' -}}
+{%- elif message.role == 'tool' -%}
+{%- if loop.first or loop_messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
+{{- '\n<tool_response>\n' + text(message.content) + '\n</tool_response>' -}}
+{%- if loop.last or loop_messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\n' -}}{%- endif -%}
+{%- else -%}
+{{- '<|im_start|>' + message.role + '\n' + text(message.content) + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
+"""
 
 
 class ModelError(RuntimeError):
@@ -209,8 +190,19 @@ def model_path(name: str) -> Path:
     return models_dir() / name
 
 
+# Bump when a builder's output changes: prepared models with another stamp are rebuilt.
+BUILD_VERSION = 1
+STAMP_FILE = "rlvr-model.json"
+
+
+def _stamp(name: str) -> dict:
+    return {"name": name, "build_version": BUILD_VERSION, "chat_template_sha256": hashlib.sha256(
+        TOOL_CHAT_TEMPLATE.encode()).hexdigest()}
+
+
 def is_prepared(name: str) -> bool:
-    return (model_path(name) / "config.json").is_file()
+    stamp = model_path(name) / STAMP_FILE
+    return stamp.is_file() and json.loads(stamp.read_text()) == _stamp(name)
 
 
 def prepare(name: str, force: bool = False) -> Path:
@@ -222,14 +214,18 @@ def prepare(name: str, force: bool = False) -> Path:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=final.parent))
+    old = final.parent / f".{name}.old-{os.getpid()}"
     try:
         REGISTRY[name].build(tmp)
+        (tmp / STAMP_FILE).write_text(json.dumps(_stamp(name), indent=2))
+        tmp.chmod(0o755)
         if final.exists():
-            shutil.rmtree(final)
+            os.replace(final, old)  # two renames: readers never see a half-written directory
         os.replace(tmp, final)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
     return final
 
 
