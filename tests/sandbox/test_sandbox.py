@@ -1,0 +1,241 @@
+"""The sandbox as a security boundary: each attack runs for real and must fail or be contained.
+
+Attacks that depend on a namespace run twice: with namespaces (what this machine allows) and with
+`namespaces=False`, which forces the fallbacks (blocked sockets, uid-wide kill) that other machines get.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import socket
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rlvr.sandbox import SandboxConfig, arun_python, run_python
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BOTH_MODES = pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "fallback"])
+
+
+def processes_of(uid: int) -> list[int]:
+    """Live pids running as `uid` (from /proc). Zombies are left out: they are dead, and once their killed
+    parent is gone the machine's init reaps them on its own schedule."""
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited while we looked
+        alive = fields["State"].split()[0] not in {"Z", "X"}
+        if alive and int(fields["Uid"].split()[0]) == uid:
+            pids.append(int(status.parent.name))
+    return pids
+
+
+def run(code: str, **config) -> object:
+    return run_python(textwrap.dedent(code), SandboxConfig(**config))
+
+
+def test_program_output_and_exit_code_are_captured():
+    result = run("""
+        import sys
+        print(6 * 7)
+        print("warn", file=sys.stderr)
+    """)
+    assert result.ok
+    assert (result.stdout, result.stderr, result.exit_code) == ("42\n", "warn\n", 0)
+    assert result.isolation.uid is not None and result.isolation.uid != os.getuid()
+
+
+def test_exception_is_reported_not_raised():
+    result = run("raise ValueError('boom')")
+    assert not result.ok
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr and "ValueError: boom" in result.stderr
+
+
+@pytest.mark.parametrize("code", ["while True: pass", "import time; time.sleep(60)"], ids=["busy", "sleep"])
+def test_infinite_loop_is_killed_within_the_timeout(code):
+    result = run(code, timeout=1.0)
+    assert result.timed_out and not result.ok
+    assert result.signal == signal.SIGKILL
+    assert 1.0 <= result.elapsed < 2.0
+
+
+def test_cpu_limit_sends_sigxcpu():
+    result = run("while True: pass", timeout=20.0, cpu_seconds=1)
+    assert not result.timed_out
+    assert result.signal == signal.SIGXCPU
+
+
+def test_memory_bomb_is_stopped_by_the_address_space_limit():
+    result = run(
+        """
+        chunks = []
+        while True:
+            chunks.append(bytearray(16 * 1024 * 1024))
+        """,
+        memory_mb=128,
+        timeout=10.0,
+    )
+    assert not result.ok and not result.timed_out
+    assert "MemoryError" in result.stderr
+
+
+def test_file_size_limit_stops_large_writes():
+    # CPython ignores SIGXFSZ, so the write fails with EFBIG instead of the process being killed.
+    result = run("open('big.bin', 'wb').write(b'x' * (3 * 1024 * 1024))", file_size_mb=1)
+    assert not result.ok
+    assert "OSError: [Errno 27] File too large" in result.stderr
+
+
+@BOTH_MODES
+def test_fork_bomb_is_contained_and_fully_killed(namespaces):
+    result = run(
+        """
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+        """,
+        timeout=1.5,
+        max_processes=8,
+        namespaces=namespaces,
+    )
+    assert result.timed_out
+    assert processes_of(result.isolation.uid) == []
+
+
+@BOTH_MODES
+def test_process_limit_applies_and_background_processes_die_with_the_call(namespaces):
+    # Children that detach (new session) and sleep: the process limit must stop the loop early, and none of
+    # them may survive the call, not even the ones that left the program's process group.
+    result = run(
+        """
+        import os, time
+        started = 0
+        for _ in range(50):
+            try:
+                if os.fork() == 0:
+                    os.setsid()
+                    time.sleep(60)
+                    os._exit(0)
+            except BlockingIOError:
+                break
+            started += 1
+        print(started)
+        """,
+        max_processes=6,
+        namespaces=namespaces,
+    )
+    assert result.ok, result.stderr
+    assert 1 <= int(result.stdout) < 6
+    assert processes_of(result.isolation.uid) == []
+    expected = "pid-namespace" if namespaces else "uid-kill"
+    assert result.isolation.containment == expected
+
+
+@BOTH_MODES
+def test_network_socket_cannot_reach_even_localhost(namespaces):
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        result = run(
+            f"""
+            import socket
+            socket.create_connection(("127.0.0.1", {port}), timeout=2)
+            print("connected")
+            """,
+            namespaces=namespaces,
+        )
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nobody connected
+    assert not result.ok
+    assert "connected" not in result.stdout
+    expected = "namespace" if namespaces else "blocked-sockets"
+    assert result.isolation.network == expected
+
+
+def test_writes_outside_the_workdir_leave_the_project_untouched():
+    readme = REPO_ROOT / "README.md"
+    before = hashlib.sha256(readme.read_bytes()).hexdigest()
+    listing = sorted(p.name for p in REPO_ROOT.iterdir())
+    result = run(f"""
+        import os
+        for path in [{str(REPO_ROOT / "pwned.txt")!r}, {str(readme)!r}, "/root/pwned.txt"]:
+            try:
+                with open(path, "a") as f:
+                    f.write("pwned")
+                print("WROTE", path)
+            except PermissionError:
+                print("refused", path)
+        with open("scratch.txt", "w") as f:
+            f.write("fine")
+        print(os.getcwd())
+    """)
+    assert result.ok, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines[:3]] == ["refused"] * 3
+    assert hashlib.sha256(readme.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in REPO_ROOT.iterdir()) == listing
+    workdir = Path(lines[3])
+    assert workdir.name.startswith("rlvr-sandbox-") and not workdir.exists()  # removed afterwards
+
+
+def test_parent_secrets_are_invisible(monkeypatch):
+    monkeypatch.setenv("RLVR_TEST_SECRET", "hunter2")
+    result = run(f"""
+        import os
+        print(sorted(os.environ))
+        try:
+            print(open("/proc/{os.getpid()}/environ", "rb").read())
+        except PermissionError:
+            print("refused")
+    """)
+    assert result.ok, result.stderr
+    assert "hunter2" not in result.stdout and "RLVR_TEST_SECRET" not in result.stdout
+    assert result.stdout.splitlines()[-1] == "refused"
+
+
+def test_output_is_truncated_per_stream():
+    result = run("import sys; print('x' * 10_000); print('y' * 50, file=sys.stderr)", max_output_chars=100)
+    assert result.stdout == "x" * 100 and result.stdout_truncated
+    assert result.stderr == "y" * 50 + "\n" and not result.stderr_truncated
+
+
+def test_concurrent_calls_get_their_own_uid_and_results():
+    async def main():
+        return await asyncio.gather(*(arun_python(f"print({i} * 2)") for i in range(3)))
+
+    results = asyncio.run(main())
+    assert [r.stdout for r in results] == ["0\n", "2\n", "4\n"]
+    assert len({r.isolation.uid for r in results}) == 3
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("timeout", 0),
+        ("memory_mb", -1),
+        ("max_processes", True),
+        ("max_output_chars", "10"),
+        ("cpu_seconds", 0),
+    ],
+)
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=f"SandboxConfig.{field}"):
+        SandboxConfig(**{field: value})
+
+
+def test_bad_python_and_code_types_are_explained():
+    with pytest.raises(ValueError, match="not an executable"):
+        SandboxConfig(python="/nonexistent/python")
+    with pytest.raises(TypeError, match="as str"):
+        run_python(b"print(1)")
