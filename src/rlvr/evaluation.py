@@ -1,0 +1,220 @@
+"""Evaluate and predict: run an environment against an OpenAI-compatible endpoint and save what happened.
+
+Results are written in vf-eval's layout (``results.jsonl`` + ``metadata.json``, through verifiers' own
+``make_dataset``), plus the per-turn rewards that TurnRubric writes on each trajectory step, so that verifiers'
+tools read our results and our analysis reads theirs. Writes are atomic: a directory appears complete or not at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlvr.io import atomic_directory
+
+TURN_REWARDS = "turn_rewards"
+TURN_ADVANTAGES = "turn_advantages"
+
+
+class EnvironmentLoadError(RuntimeError):
+    """An environment that cannot be loaded, with the installed ones listed."""
+
+
+def installed_environment_names() -> list[str]:
+    """Distributions whose top-level module exposes ``load_environment`` (what ``vf.load_environment`` finds)."""
+    from rlvr.hub import installed_environments
+
+    return sorted(env.name for env in installed_environments())
+
+
+def load_env(name: str, env_args: dict[str, Any] | None = None):
+    import verifiers as vf
+
+    env_args = env_args or {}
+    try:
+        return vf.load_environment(name, **env_args)
+    except (ModuleNotFoundError, ImportError) as err:
+        if name.replace("-", "_") not in str(err):
+            raise  # the environment exists but one of its own imports failed: show that, not a listing
+        installed = ", ".join(installed_environment_names()) or "none"
+        raise EnvironmentLoadError(
+            f"unknown environment {name!r}. Installed environments: {installed}.\n"
+            f"  fix: install it (`rlvr env install {name}` or `pip install -e environments/{name.replace('-', '_')}`)"
+        ) from err
+    except TypeError as err:
+        raise EnvironmentLoadError(f"bad --env-args for {name}: {err}") from err
+
+
+@dataclass(frozen=True)
+class Stat:
+    mean: float
+    stderr: float  # standard error of the mean: sample std / sqrt(n)
+    n: int
+
+
+def mean_stderr(values: Sequence[float]) -> Stat:
+    values = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not values:
+        return Stat(float("nan"), float("nan"), 0)
+    arr = np.asarray(values, dtype=float)
+    stderr = float(arr.std(ddof=1) / math.sqrt(len(arr))) if len(arr) > 1 else 0.0
+    return Stat(float(arr.mean()), stderr, len(arr))
+
+
+def turn_rewards_of(state: dict) -> list[float]:
+    """Per-assistant-turn rewards that TurnRubric wrote on the trajectory steps (empty for outcome-only rubrics)."""
+    steps = state.get("trajectory") or []
+    if not any("turn_reward" in (step.get("extras") or {}) for step in steps):
+        return []
+    return [float(step["reward"]) for step in steps]
+
+
+def turn_advantages_of(state: dict) -> list[float]:
+    return [float(step["advantage"]) for step in state.get("trajectory") or [] if step.get("advantage") is not None]
+
+
+def summarize(rewards: Sequence[float], metrics: dict[str, Sequence[float]], turn_rewards: Sequence[Sequence[float]]):
+    """Mean and standard error of the reward, of each reward function, and of each turn's reward.
+
+    A turn's statistics use the rollouts that reached that turn.
+    """
+    summary: dict[str, Stat] = {"reward": mean_stderr(rewards)}
+    for name, values in metrics.items():
+        summary[name] = mean_stderr(values)
+    max_turns = max((len(t) for t in turn_rewards), default=0)
+    for k in range(max_turns):
+        summary[f"turn_{k + 1}_reward"] = mean_stderr([t[k] for t in turn_rewards if len(t) > k])
+    if turn_rewards:
+        summary["turns_per_rollout"] = mean_stderr([len(t) for t in turn_rewards])
+    return summary
+
+
+def summary_table(summary: dict[str, Stat], title: str):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column, justify in (("metric", "left"), ("mean", "right"), ("stderr", "right"), ("n", "right")):
+        table.add_column(column, justify=justify)
+    for name, stat in summary.items():
+        table.add_row(name, f"{stat.mean:.4f}", f"{stat.stderr:.4f}", str(stat.n))
+    return table
+
+
+def save_results(results: dict, out_dir: Path) -> Path:
+    """Write vf-eval's ``results.jsonl`` + ``metadata.json`` (plus per-turn columns and a summary) atomically."""
+    from verifiers.utils.eval_utils import make_dataset, quiet_datasets, sanitize_metadata
+
+    dataset = make_dataset(results)
+    states = results["state"]
+    dataset = dataset.add_column(TURN_REWARDS, [turn_rewards_of(s) for s in states])
+    dataset = dataset.add_column(TURN_ADVANTAGES, [turn_advantages_of(s) for s in states])
+    metadata = sanitize_metadata(results["metadata"])
+    summary = summarize(results["reward"], results["metrics"], [turn_rewards_of(s) for s in states])
+    with atomic_directory(out_dir) as tmp:
+        with quiet_datasets():
+            dataset.to_json(tmp / "results.jsonl")
+        (tmp / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str))
+        (tmp / "summary.json").write_text(json.dumps({k: vars(v) for k, v in summary.items()}, indent=2))
+    return out_dir
+
+
+def openai_client(base_url: str, timeout: float = 600.0):
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"), timeout=timeout)
+
+
+def check_endpoint(base_url: str, timeout: float = 5.0) -> None:
+    """Fail early and clearly when nothing answers at the endpoint."""
+    import httpx
+
+    try:
+        httpx.get(base_url.rstrip("/") + "/models", timeout=timeout).raise_for_status()
+    except httpx.HTTPError as err:
+        raise ConnectionError(
+            f"no OpenAI-compatible server answers at {base_url} ({err.__class__.__name__}: {err}).\n"
+            "  fix: start one with `rlvr serve --model MODEL` (default port 8000) or pass --model to start one here"
+        ) from err
+
+
+def run_rollouts(
+    env,
+    *,
+    base_url: str,
+    model: str,
+    num_examples: int,
+    rollouts_per_example: int,
+    sampling_args: dict | None = None,
+    split: str = "eval",
+    max_concurrent: int = 8,
+    seed: int | None = None,
+) -> dict:
+    """Generate and score rollouts of ``env``'s eval (or train) split. Returns verifiers' GenerateOutputs."""
+    check_endpoint(base_url)
+    if split not in {"eval", "train"}:
+        raise ValueError(f"--split must be 'eval' or 'train', got {split!r}")
+    dataset = env.get_eval_dataset(n=num_examples, seed=seed) if split == "eval" else env.get_dataset(num_examples, seed)
+    if rollouts_per_example > 1:
+        dataset = dataset.repeat(rollouts_per_example)
+    start = time.perf_counter()
+    results = asyncio.run(
+        env.generate(
+            dataset.to_list(),
+            client=openai_client(base_url),
+            model=model,
+            sampling_args=sampling_args or {},
+            max_concurrent=max_concurrent,
+            use_tqdm=True,
+        )
+    )
+    results["metadata"]["time_ms"] = (time.perf_counter() - start) * 1000
+    results["metadata"]["num_examples"] = num_examples
+    results["metadata"]["rollouts_per_example"] = rollouts_per_example
+    return results
+
+
+def prediction_records(results: dict) -> list[dict]:
+    """One JSON-ready record per rollout: prompt, completion, turns, per-turn and outcome rewards, metrics."""
+    from verifiers.utils.message_utils import messages_to_printable, sanitize_tool_calls
+
+    records = []
+    for i, state in enumerate(results["state"]):
+        records.append(
+            {
+                "example_id": results["example_id"][i],
+                "prompt": sanitize_tool_calls(messages_to_printable(results["prompt"][i])),
+                "completion": sanitize_tool_calls(messages_to_printable(results["completion"][i])),
+                "answer": results["answer"][i],
+                "num_turns": len(state.get("trajectory") or []),
+                TURN_REWARDS: turn_rewards_of(state),
+                TURN_ADVANTAGES: turn_advantages_of(state),
+                "reward": results["reward"][i],
+                "metrics": {name: values[i] for name, values in results["metrics"].items()},
+                "stop_condition": results["stop_conditions"][i],
+                "error": repr(state["error"]) if state.get("error") is not None else None,
+            }
+        )
+    return records
+
+
+def save_predictions(records: list[dict], out_dir: Path) -> Path:
+    """``predictions.jsonl`` and a Hugging Face dataset (``dataset/``), atomically."""
+    from datasets import Dataset
+
+    # message lists vary in shape between rollouts: store them as JSON strings in the Arrow dataset
+    flat = [{**r, **{k: json.dumps(r[k], default=str) for k in ("prompt", "completion", "metrics")}} for r in records]
+    with atomic_directory(out_dir) as tmp:
+        with open(tmp / "predictions.jsonl", "w") as f:
+            for record in records:
+                f.write(json.dumps(record, default=str) + "\n")
+        Dataset.from_list(flat).save_to_disk(str(tmp / "dataset"))
+    return out_dir
