@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rlvr.cli import models
+from rlvr.cli import analyze, evaluate, models
 
 app = typer.Typer(
     name="rlvr",
@@ -13,6 +13,8 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(models.app, name="models")
+evaluate.register(app)
+analyze.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,28 @@
+"""`rlvr analyze DIR`: a markdown table and PNG plots from runs, evaluations and benchmarks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markdown import Markdown
+
+console = Console()
+
+
+def analyze(directory: Path = typer.Argument(..., help="A run, evaluation or benchmark directory.")) -> None:
+    """Tables and plots: reward curves over training, per-turn rewards, the model x retriever grid."""
+    from rlvr.analysis import analyze as write_analysis
+
+    try:
+        report = write_analysis(directory)
+    except (FileNotFoundError, ValueError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        raise typer.Exit(2) from err
+    console.print(Markdown(report.read_text()))
+    console.print(f"\nwritten: {report}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(analyze)

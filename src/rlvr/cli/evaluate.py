@@ -1,0 +1,193 @@
+"""`rlvr evaluate`, `rlvr predict` and `rlvr benchmark`: rollouts against a served model, saved for analysis."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from rlvr import evaluation
+
+console = Console()
+
+EnvOption = typer.Option(..., "--env", "-e", help="Environment id, e.g. vf-triviaqa-search (see `rlvr env list`).")
+EnvArgsOption = typer.Option("{}", "--env-args", "-a", help='JSON keyword arguments for load_environment.')
+NumOption = typer.Option(5, "--num-examples", "-n", help="Examples to run (-1: all).")
+RolloutsOption = typer.Option(1, "--rollouts-per-example", "-r", help="Rollouts per example.")
+TemperatureOption = typer.Option(0.0, "--temperature", "-t", help="Sampling temperature (0: greedy).")
+MaxTokensOption = typer.Option(256, "--max-tokens", help="Max new tokens per assistant turn.")
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+def parse_env_args(text: str) -> dict:
+    try:
+        args = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise fail(f"--env-args is not valid JSON ({err}): {text!r}. Example: --env-args '{{\"max_turns\": 3}}'") from err
+    if not isinstance(args, dict):
+        raise fail(f"--env-args must be a JSON object, got {type(args).__name__}: {text!r}")
+    return args
+
+
+@contextmanager
+def endpoint(model: str | None, url: str | None) -> Iterator[tuple[str, str]]:
+    """(base_url, served model name): attach to ``url``, or serve ``model`` with `rlvr serve` for the duration."""
+    if (model is None) == (url is None):
+        raise fail("give exactly one of --model (start a server here) or --endpoint URL (use a running one)")
+    if url is not None:
+        base_url = url.rstrip("/")
+        base_url = base_url if base_url.endswith("/v1") else base_url + "/v1"
+        try:
+            evaluation.check_endpoint(base_url)
+        except ConnectionError as err:
+            raise fail(str(err)) from err
+        yield base_url, served_model_name(base_url)
+        return
+    from rlvr import models
+    from rlvr.serve import launch
+
+    try:
+        models.resolve(model)
+    except models.ModelError as err:
+        raise fail(str(err)) from err
+    console.print(f"starting rlvr serve for {model} (about a minute on CPU)...")
+    with launch(model=model) as server:
+        yield server.base_url, server.model
+
+
+def served_model_name(base_url: str) -> str:
+    import httpx
+
+    data = httpx.get(base_url + "/models", timeout=10).json()["data"]
+    return data[0]["id"]
+
+
+def load_env_or_exit(env: str, env_args: dict):
+    try:
+        return evaluation.load_env(env, env_args)
+    except evaluation.EnvironmentLoadError as err:
+        raise fail(str(err)) from err
+
+
+def default_out_dir(kind: str, env: str, model: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("outputs") / kind / f"{env}--{model.replace('/', '--')}" / stamp
+
+
+def sampling(temperature: float, max_tokens: int) -> dict:
+    return {"temperature": temperature, "max_tokens": max_tokens}
+
+
+def evaluate(
+    env: str = EnvOption,
+    model: str | None = typer.Option(None, "--model", "-m", help="Model name or path: serve it here."),
+    url: str | None = typer.Option(None, "--endpoint", "-b", help="OpenAI-compatible base URL of a running server."),
+    num_examples: int = NumOption,
+    rollouts_per_example: int = RolloutsOption,
+    env_args: str = EnvArgsOption,
+    temperature: float = TemperatureOption,
+    max_tokens: int = MaxTokensOption,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Results directory (default outputs/evals/...)."),
+) -> None:
+    """Evaluate a model on an environment: a metrics table and results in vf-eval's layout."""
+    args = parse_env_args(env_args)
+    vf_env = load_env_or_exit(env, args)
+    with endpoint(model, url) as (base_url, served):
+        try:
+            results = evaluation.run_rollouts(
+                vf_env, base_url=base_url, model=served, num_examples=num_examples,
+                rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
+            )
+        except ConnectionError as err:
+            raise fail(str(err)) from err
+    results["metadata"]["env_id"], results["metadata"]["env_args"] = env, args
+    out = out or default_out_dir("evals", env, served)
+    evaluation.save_results(results, out)
+    turns = [evaluation.turn_rewards_of(s) for s in results["state"]]
+    summary = evaluation.summarize(results["reward"], results["metrics"], turns)
+    console.print(evaluation.summary_table(summary, f"{env} x {served} ({len(results['reward'])} rollouts)"))
+    console.print(f"results: {out}")
+
+
+def predict(
+    env: str = EnvOption,
+    model: str | None = typer.Option(None, "--model", "-m", help="Model name or path (e.g. a run's checkpoint)."),
+    url: str | None = typer.Option(None, "--endpoint", "-b", help="OpenAI-compatible base URL of a running server."),
+    split: str = typer.Option("eval", "--split", help="eval or train."),
+    num_examples: int = NumOption,
+    rollouts_per_example: int = RolloutsOption,
+    env_args: str = EnvArgsOption,
+    temperature: float = TemperatureOption,
+    max_tokens: int = MaxTokensOption,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory (default outputs/predictions/...)."),
+) -> None:
+    """Roll out a model and save every rollout: JSONL and a Hugging Face dataset on disk."""
+    if split not in {"eval", "train"}:
+        raise fail(f"--split must be 'eval' or 'train', got {split!r}")
+    vf_env = load_env_or_exit(env, parse_env_args(env_args))
+    with endpoint(model, url) as (base_url, served):
+        results = evaluation.run_rollouts(
+            vf_env, base_url=base_url, model=served, num_examples=num_examples,
+            rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens), split=split,
+        )
+    out = out or default_out_dir("predictions", env, served)
+    evaluation.save_predictions(evaluation.prediction_records(results), out)
+    console.print(f"{len(results['reward'])} rollouts -> {out}/predictions.jsonl and {out}/dataset")
+
+
+def benchmark(
+    models: str = typer.Option(..., "--models", help="Comma-separated model names or paths."),
+    envs: str = typer.Option(..., "--envs", help="Comma-separated environment ids."),
+    retrievers: str | None = typer.Option(
+        None, "--retrievers", help="Comma-separated retrievers (bm25,semantic,hybrid,golden) for envs that take one."
+    ),
+    num_examples: int = NumOption,
+    rollouts_per_example: int = RolloutsOption,
+    env_args: str = EnvArgsOption,
+    temperature: float = TemperatureOption,
+    max_tokens: int = MaxTokensOption,
+    out: Path | None = typer.Option(None, "--out", "-o", help="Results directory (default outputs/benchmark-TIME)."),
+) -> None:
+    """The model x environment (x retriever) grid, one evaluation per cell, into one results directory."""
+    out = out or Path("outputs") / f"benchmark-{time.strftime('%Y%m%d-%H%M%S')}"
+    base_args = parse_env_args(env_args)
+    retriever_list = [r.strip() for r in retrievers.split(",")] if retrievers else [None]
+    env_list = [e.strip() for e in envs.split(",") if e.strip()]
+    cells = []
+    for model in [m.strip() for m in models.split(",") if m.strip()]:
+        with endpoint(model, None) as (base_url, served):
+            for env in env_list:
+                for retriever in retriever_list:
+                    args = dict(base_args, **({"retriever": retriever} if retriever else {}))
+                    vf_env = load_env_or_exit(env, args)
+                    label = f"{env}" + (f"--{retriever}" if retriever else "")
+                    console.rule(f"{model} x {label}")
+                    results = evaluation.run_rollouts(
+                        vf_env, base_url=base_url, model=served, num_examples=num_examples,
+                        rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
+                    )
+                    results["metadata"]["env_id"], results["metadata"]["env_args"] = env, args
+                    evaluation.save_results(results, out / model.replace("/", "--") / label)
+                    stat = evaluation.mean_stderr(results["reward"])
+                    cells.append({"model": model, "env": env, "retriever": retriever, "reward": stat.mean,
+                                  "stderr": stat.stderr, "n": stat.n,
+                                  **{k: float(sum(v) / len(v)) for k, v in results["metrics"].items() if v}})
+    from rlvr.io import atomic_write_text
+
+    atomic_write_text(out / "grid.jsonl", "".join(json.dumps(c) + "\n" for c in cells))
+    console.print(f"{len(cells)} cells -> {out} (rlvr analyze {out} for the table and plots)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(evaluate)
+    app.command()(predict)
+    app.command()(benchmark)
