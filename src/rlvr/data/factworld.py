@@ -201,12 +201,13 @@ class FactWorld:
     # ---- questions -----------------------------------------------------------------------------------
 
     def single_hop_questions(
-        self, n: int, seed: int = 0, relations: Sequence[str] | None = None
+        self, n: int | None = None, seed: int = 0, relations: Sequence[str] | None = None
     ) -> list[dict]:
-        """`n` distinct questions, each answered by one paragraph (`doc_id`) that also names the entity
-        asked about. `relations` restricts the kinds of facts asked (default: all)."""
+        """`n` distinct questions (None: one per fact, shuffled), each answered by one paragraph (`doc_id`)
+        that also names the entity asked about. `relations` restricts the kinds of facts asked (default: all)."""
         chosen = _check_relations(relations)
         pool = [(e, RELATIONS[r]) for e in self.entities for r in e.facts if r in chosen]
+        n = len(pool) if n is None else n
         _check_enough(n, len(pool), "single-hop questions", hint="raise num_entities or allow more relations")
         rows = []
         for i, (subject, relation) in enumerate(random.Random(seed).sample(pool, n)):
