@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlvr.io import atomic_directory
 from rlvr.models import rlvr_home
 
 
@@ -26,26 +24,13 @@ def cache_key(**params: Any) -> str:
 
 
 def cached_dir(root: Path, name: str, build: Callable[[Path], None]) -> Path:
-    """Return `root/name`, first running `build(tmp_dir)` and renaming tmp_dir into place if it is missing.
+    """Return `root/name`, first filling it with `build(tmp_dir)` if it is missing.
 
-    The rename is atomic on POSIX (same filesystem), so a reader sees either no index or a complete one,
-    never a half-written one, even if a build is killed or two processes build the same index at once.
+    The directory is published by rename (rlvr.io.atomic_directory), so a reader sees either no index or a
+    complete one, never a half-written one, even if a build is killed midway.
     """
     final = root / name
-    if final.is_dir():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.tmp-"))
-    try:
-        build(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():
-                raise
-            # Another process published the same index first; its content is identical by construction.
-            shutil.rmtree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    if not final.is_dir():
+        with atomic_directory(final) as tmp:
+            build(tmp)
     return final
