@@ -1,19 +1,16 @@
-"""Helpers for the vf-webshop tests: WebShop's sample files, and a scripted expert that knows the goal."""
+"""Fixtures for the vf-webshop tests: WebShop's sample files as the engine loads them."""
 
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
-from openai.types.chat import ChatCompletion
 from vf_webshop.catalog import (
     attach_goal_fields,
     generate_product_prices,
     load_processed_documents,
     read_json,
 )
-from vf_webshop.engine import SEP, Session
 from vf_webshop.goals import get_goals
 
 
@@ -33,69 +30,3 @@ def sample_shop(webshop_files):
     attach_goal_fields(products, read_json(webshop_files["attributes_path"], "items_ins_v2"))
     prices = generate_product_prices(products, random.Random(0))
     return products, prices, get_goals(products, prices, human_goals=False, seed=0)
-
-
-def goal_query(goal: dict) -> str:
-    """The instruction without its option and price clauses: what a shopper would type."""
-    return goal["instruction_text"].split(" with ")[0].split(", and price lower than")[0]
-
-
-def expert_action(observation: str, goal: dict, searches: int) -> str:
-    """Search the goal's words (then, if its product is not listed, the product's name), page to the goal's
-    product, click its option values, buy."""
-    parts = observation.split("\n")[-1].split(SEP)
-    if parts[0] == "WebShop":
-        return f"search[{goal_query(goal) if searches == 0 else goal['name']}]"
-    if any(p.startswith("Page ") for p in parts):
-        if goal["asin"] in parts:
-            return f"click[{goal['asin']}]"
-        return "click[Next >]" if "Next >" in parts else "click[Back to Search]"
-    wanted = goal["goal_options"].values() if isinstance(goal["goal_options"], dict) else goal["goal_options"]
-    chosen = observation.split("\n")[0] if observation.startswith("You have clicked") else ""
-    for value in wanted:
-        if value in parts and f": {value}" not in chosen:
-            return f"click[{value}]"
-    return "click[Buy Now]"
-
-
-def run_expert(session: Session, max_steps: int = 15) -> list[str]:
-    actions: list[str] = []
-    while session.page != "done" and len(actions) < max_steps:
-        searches = sum(a.startswith("search[") for a in actions)
-        action = expert_action(session.observation(), session.goal, searches)
-        actions.append(action)
-        assert session.step(action).valid, (action, session.observation())
-    return actions
-
-
-class ScriptedClient:
-    """An OpenAI-compatible client whose chat completions come from a policy over the last user message."""
-
-    def __init__(self, policy):
-        self.chat = self
-        self.completions = self
-        self.policy = policy
-        self.base_url = "scripted://"
-
-    async def create(self, model, messages, **kwargs) -> ChatCompletion:
-        content = self.policy(messages)
-        return ChatCompletion.model_validate(
-            {
-                "id": "scripted",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": content},
-                    }
-                ],
-            }
-        )
-
-
-@pytest.fixture
-def scripted_client():
-    return ScriptedClient
