@@ -26,6 +26,7 @@ CORRECT, ANSWERED_WRONG, NO_ANSWER = 1.0, 0.1, 0.0  # GSM8KCodeRewardManager cor
 # the input, which is what makes sympy parsing slow. A GSM8K answer is a number.
 MAX_ANSWER_CHARS = 100
 BOXED = re.compile(r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
+CODE_BLOCK = re.compile(r"<code>.*?</code>", re.DOTALL)
 
 
 def execution_failed(observation: str) -> bool:
@@ -58,14 +59,14 @@ def extract_answer(text: str) -> str | None:
 
 
 def final_answer(completion) -> str | None:
-    """The answer in the last assistant message that has one."""
-    if isinstance(completion, str):
-        return extract_answer(completion)
-    for message in reversed(completion):
-        if (
-            message.get("role") == "assistant"
-            and (answer := extract_answer(message_text(message))) is not None
-        ):
+    """The answer in the last assistant message that has one, outside its <code> blocks (a string the
+    program would print is not an answer)."""
+    messages = [{"role": "assistant", "content": completion}] if isinstance(completion, str) else completion
+    for message in reversed(messages):
+        if message.get("role") != "assistant":
+            continue
+        answer = extract_answer(CODE_BLOCK.sub("", message_text(message)))
+        if answer is not None:
             return answer
     return None
 
