@@ -53,9 +53,11 @@ class WebShopEnv(vf.MultiTurnEnv):
     """Each assistant turn is executed as soon as it is generated (add_trajectory_step), so that the last turn
     before max_turns still acts (a purchase there counts), and the step records where it was taken."""
 
-    def __init__(self, shop: Shop, **kwargs):
+    def __init__(self, shop: Shop, anchor_state_keys: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.shop = shop
+        # TurnRubric hands extras["state_key"] to the estimator, and only "turn_return" accepts state keys
+        self.anchor_state_keys = anchor_state_keys
 
     async def setup_state(self, state: State) -> State:
         state["webshop_session"] = Session(self.shop, state["info"]["goal"])
@@ -68,9 +70,11 @@ class WebShopEnv(vf.MultiTurnEnv):
         action = parse_agent_action(reply)
         anchor = session.state_key()  # the page this action was chosen on
         result = session.step(action)
-        # state_key: the anchor state that TurnRubric hands to turn-level estimators (GiGPO's grouping)
-        trajectory_step["extras"]["state_key"] = anchor
+        # the anchor state (page the action was chosen on) for GiGPO-style grouping in turn-level estimators
+        if self.anchor_state_keys:
+            trajectory_step["extras"]["state_key"] = anchor
         trajectory_step["extras"]["webshop"] = {
+            "state_key": anchor,
             "action": action,
             "valid": result.valid,
             "page": session.page,
@@ -214,6 +218,7 @@ def load_environment(
         eval_dataset=rows(eval_goals),
         system_prompt=SYSTEM_PROMPT,
         rubric=rubric,
+        anchor_state_keys=estimator == "turn_return",
         max_turns=max_turns,
         **kwargs,
     )

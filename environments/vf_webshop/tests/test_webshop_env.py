@@ -1,0 +1,123 @@
+"""load_environment: datasets, determinism, rollouts through verifiers with a scripted policy, vf-eval."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from vf_webshop import load_environment, parse_agent_action
+from webshop_expert import ScriptedClient, expert_action
+
+
+def rows(dataset) -> list[tuple[str, str]]:
+    return [(r["question"], r["info"]) for r in dataset]
+
+
+def test_parse_agent_action():
+    assert parse_agent_action("Thought: buy it.\nAction: click[Buy Now]") == "click[Buy Now]"
+    assert parse_agent_action("search[red shoes] ... no, click[< Prev]") == "click[< Prev]"
+    assert parse_agent_action("I will buy it") == ""
+
+
+def test_datasets_are_seeded():
+    a = load_environment(seed=0, num_eval_examples=10)
+    b = load_environment(seed=0, num_eval_examples=10)
+    c = load_environment(seed=1, num_eval_examples=10)
+    assert rows(a.eval_dataset) == rows(b.eval_dataset) and rows(a.dataset) == rows(b.dataset)
+    assert rows(a.eval_dataset) != rows(c.eval_dataset)
+    assert len(a.eval_dataset) == 10 and len(a.dataset) > 50
+    eval_goals = {r["info"] for r in a.eval_dataset}
+    assert eval_goals.isdisjoint(r["info"] for r in a.dataset)
+
+
+def test_webshop_files_dataset(webshop_files):
+    env = load_environment(dataset="webshop", num_eval_examples=5, num_train_examples=20, **webshop_files)
+    assert len(env.eval_dataset) == 5 and len(env.dataset) == 20
+    goal = json.loads(env.eval_dataset[0]["info"])["goal"]
+    assert env.eval_dataset[0]["answer"] == goal["asin"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(dataset="amazon"), "unknown dataset"),
+        (dict(dataset="webshop"), "needs products_path"),
+        (dict(human_goals=True), "needs human_instructions_path"),
+        (
+            dict(dataset="webshop", products_path="/nope.jsonl", attributes_path="/nope.json"),
+            "documents file not found",
+        ),
+    ],
+)
+def test_bad_arguments_say_what_to_do(kwargs, message):
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        load_environment(**kwargs)
+
+
+def expert_policy(goals_by_instruction):
+    def policy(messages):
+        goal = goals_by_instruction[messages[1]["content"].split(" [SEP] ")[2]]
+        searches = sum(m["role"] == "assistant" and "search[" in m["content"] for m in messages)
+        return f"Thought: next step.\nAction: {expert_action(messages[-1]['content'], goal, searches)}"
+
+    return policy
+
+
+def test_expert_rollouts_through_verifiers():
+    env = load_environment(num_eval_examples=4, estimator="turn_return")
+    goals = {g["instruction_text"]: g for g in (json.loads(r["info"])["goal"] for r in env.eval_dataset)}
+    client = ScriptedClient(expert_policy(goals))
+    out = asyncio.run(env.evaluate(client, "expert", num_examples=4, rollouts_per_example=2))
+    assert out["reward"] == [1.0] * 8
+    assert out["metrics"]["success"] == [1.0] * 8
+    for state in out["state"]:
+        steps = state["trajectory"]
+        assert steps[-1]["extras"]["webshop"]["action"] == "click[Buy Now]"
+        assert state["stop_condition"] == "has_final_env_response"
+        assert state["completion"][-1]["content"].startswith("Thank you for shopping with us!")
+        keys = [s["extras"]["state_key"] for s in steps]
+        assert keys[0] == "search" and keys[1].startswith("results|") and keys[-1].startswith("item|")
+        turn = [s["extras"]["turn_rewards"] for s in steps]
+        assert turn[0]["search_hit"] == 1.0  # the expert's own product is on the first results page
+        assert any(t["target_click"] == 1.0 for t in turn)
+        assert all(t["valid_action"] == 1.0 for t in turn)
+        assert all(isinstance(s["advantage"], float) for s in steps)
+
+
+def test_invalid_replies_run_to_max_turns_without_crashing():
+    env = load_environment(num_eval_examples=2, max_turns=4)
+    client = ScriptedClient(lambda messages: "I would like to buy shoes")
+    out = asyncio.run(env.evaluate(client, "babbler", num_examples=2))
+    assert out["reward"] == [0.0, 0.0]
+    for state in out["state"]:
+        assert state["stop_condition"] == "max_turns_reached" and len(state["trajectory"]) == 4
+        assert [s["extras"]["webshop"]["state_key"] for s in state["trajectory"]] == ["search"] * 4
+        assert "state_key" not in state["trajectory"][0]["extras"]  # only for estimator="turn_return"
+        assert all(s["extras"]["turn_rewards"]["valid_action"] == 0.0 for s in state["trajectory"])
+        assert state["completion"][1]["content"].startswith("Invalid action ''")
+
+
+@pytest.mark.slow
+def test_vf_eval_against_rlvr_serve(tiny_server, tmp_path):
+    cmd = [
+        os.path.join(os.path.dirname(sys.executable), "vf-eval"),
+        "vf-webshop",
+        "-m", tiny_server.model,
+        "-b", tiny_server.base_url,
+        "-n", "2",
+        "-r", "1",
+        "-t", "64",
+        "-s",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = list(tmp_path.rglob("results.jsonl"))
+    assert results, proc.stdout[-2000:]
+    lines = [json.loads(line) for line in results[0].read_text().splitlines()]
+    assert len(lines) == 2
+    assert all(0.0 <= line["reward"] <= 1.0 for line in lines)
