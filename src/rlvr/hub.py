@@ -298,9 +298,7 @@ def check_wheel(wheel: Path, *, timeout: float = 600) -> CheckReport:
     sees exactly what a user of the index would get. pip resolves the wheel's dependencies against that view
     and a local folder only: a dependency that is declared wrongly fails here.
     """
-    name, version = parse_wheel_filename(wheel.name)[:2]
-    dist_name = _wheel_metadata(wheel)["Name"]
-    module = dist_name.replace("-", "_")  # the module vf.load_environment imports for this name
+    name = parse_wheel_filename(wheel.name)[0]
     with tempfile.TemporaryDirectory(prefix="rlvr-env-check-") as tmp:
         tmp_path = Path(tmp)
         links = tmp_path / "wheels"
@@ -310,14 +308,22 @@ def check_wheel(wheel: Path, *, timeout: float = 600) -> CheckReport:
             build_wheel(source, links)
         python = make_fresh_venv(tmp_path / "venv", hide={name})
         pip_install([str(links / wheel.name)], python=python, no_index=True, find_links=links, isolated=True)
-        report_path = tmp_path / "report.json"
+        return verify_installed(python, _wheel_metadata(wheel)["Name"], timeout=timeout)
+
+
+def verify_installed(python: Path, dist_name: str, *, timeout: float = 600) -> CheckReport:
+    """Check in the venv of ``python`` that ``dist_name`` is installed in its own site-packages, ships no
+    root pyproject.toml, and that ``vf.load_environment(dist_name)`` works there."""
+    module = dist_name.replace("-", "_")  # the module vf.load_environment imports for this name
+    with tempfile.TemporaryDirectory(prefix="rlvr-env-probe-") as tmp:
+        report_path = Path(tmp) / "report.json"
         _run([str(python), "-c", _PROBE, dist_name, module, str(report_path)],
-             what=f"probing {dist_name} in a fresh venv", fix="see the traceback above", timeout=timeout)
+             what=f"probing {dist_name} with {python}", fix="see the traceback above", timeout=timeout)
         report = json.loads(report_path.read_text())
     problems = _probe_problems(report, dist_name)
     if problems:
-        raise HubError(f"{wheel.name} failed the fresh-venv check:\n- " + "\n- ".join(problems))
-    return CheckReport(name=dist_name, version=str(version), env_class=report["env_class"],
+        raise HubError(f"{dist_name} failed the check in the venv of {python}:\n- " + "\n- ".join(problems))
+    return CheckReport(name=dist_name, version=report["version"], env_class=report["env_class"],
                        module_file=report["module_file"])
 
 
@@ -479,9 +485,10 @@ def publish(files: list[Path], repository_url: str, index_url: str | None = None
             if version in published_versions(index_url or default_index_url(repository_url), name):
                 raise HubError(f"{name} {version} is already on {repository_url}: published versions are "
                                "immutable. Bump `version` in pyproject.toml, rebuild, and publish again")
-    command = [sys.executable, "-m", "twine", "upload", "--non-interactive", "--disable-progress-bar",
-               "--repository-url", repository_url, *map(str, files)]
-    result = subprocess.run(command, capture_output=True, text=True)
+    # --verbose makes twine print the server's answer, which says why an upload was refused.
+    command = [sys.executable, "-m", "twine", "--no-color", "upload", "--verbose", "--non-interactive",
+               "--disable-progress-bar", "--repository-url", repository_url, *map(str, files)]
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     if result.returncode != 0:
         raise HubError(_twine_failure(result.stdout + result.stderr, repository_url))
 
@@ -497,15 +504,17 @@ def _dist_name_version(path: Path) -> tuple[str, str]:
 
 
 def _twine_failure(output: str, repository_url: str) -> str:
-    status = re.search(r"\b(\d{3}) [A-Z][A-Za-z ]+? from ", output)
+    status = re.search(r"HTTPError: (\d{3}) ", output)
     code = int(status.group(1)) if status else None
     if code in (401, 403):
         return (f"{repository_url} rejected the credentials (HTTP {code}): set TWINE_USERNAME and TWINE_PASSWORD "
                 "to an account allowed to upload there, or store the password with `keyring set "
                 f"{repository_url} USERNAME`")
-    if code == 409:
-        return f"{repository_url} refused the upload (HTTP 409): this version is already there; bump the version"
-    if re.search(r"(username|password).*required", output, re.IGNORECASE):
+    # pypiserver answers 400 "already exists", PyPI 400 "File already exists", others 409 Conflict.
+    if code == 409 or re.search(r"already\s+exists", output):
+        return (f"{repository_url} refused the upload (HTTP {code}): this version is already there and published "
+                "versions are immutable; bump `version` in pyproject.toml and rebuild")
+    if re.search(r"Credential not found|(username|password).*required", output, re.IGNORECASE):
         return ("no credentials for the upload: set TWINE_USERNAME and TWINE_PASSWORD, or store them with "
                 f"`keyring set {repository_url} USERNAME`")
     return f"twine upload to {repository_url} failed:\n{output.strip()}"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
+from packaging.requirements import Requirement
 from rich.console import Console
 from rich.table import Table
 
@@ -90,10 +92,16 @@ def install(
     name: str = typer.Argument(..., help="Distribution to install, optionally with a version: vf-foo==0.2.0."),
     index_url: str = typer.Option(None, help="Simple index to install from (default: pip's configuration)."),
     python: Path = typer.Option(None, help="Install into the venv of this interpreter (default: this one)."),
+    check: bool = typer.Option(True, help="Afterwards, load the environment with verifiers in that venv."),
 ) -> None:
     """pip-install an environment from an index; fails when pip fails."""
     try:
         hub.pip_install([name], python=python, index_url=index_url)
+        if check:
+            with console.status("loading it with vf.load_environment..."):
+                report = hub.verify_installed(python or Path(sys.executable), Requirement(name).name)
+            console.print(f"installed {report.name} {report.version}: vf.load_environment gives a {report.env_class}")
+        else:
+            console.print(f"installed {name}")
     except hub.HubError as err:
         raise _fail(err) from err
-    console.print(f"installed {name}")
