@@ -123,3 +123,12 @@ def test_a_rewritten_history_is_refused_with_a_reason():
     state["trajectory"][1]["prompt"] = [{"role": "user", "content": "summary of the history"}]
     with pytest.raises(ValueError, match="turn 1's prompt does not start with turn 0's prompt and completion"):
         score(TurnRubric(turn_funcs=[lambda turn: 0.0]), [state])
+
+
+def test_state_keys_are_ignored_by_estimators_without_anchor_grouping():
+    rubric = TurnRubric(outcome_funcs=[rewards.exact_match], parser=vf.XMLParser(["answer"]),
+                        estimator="grpo", estimator_params={"norm": "none"})
+    states = [make_state([("<answer>Paris</answer>", [])], state_keys=["s"]),
+              make_state([("<answer>Rome</answer>", [])], state_keys=["s"])]
+    score(rubric, states)
+    assert [s["trajectory"][0]["advantage"] for s in states] == [0.5, -0.5]

@@ -216,8 +216,11 @@ class TurnRubric(vf.RubricGroup):
             logger.error(f"turn reward function {name} failed on turn {k} of example {state.get('example_id')}: {e!r}")
             return 0.0
 
-    @staticmethod
-    def _state_keys(states: list[State]) -> list[list[Any]] | None:
+    def _state_keys(self, states: list[State]) -> list[list[Any]] | None:
+        """Anchor-state keys (step["extras"]["state_key"]) for GiGPO grouping: used by "turn_return" when every step
+        has one; the other estimators have no anchor grouping, so environments may set keys regardless."""
+        if self.estimator != "turn_return":
+            return None
         keys = [[(step.get("extras") or {}).get("state_key") for step in s["trajectory"]] for s in states]
         if all(key is not None for row in keys for key in row) and any(keys):
             return keys
