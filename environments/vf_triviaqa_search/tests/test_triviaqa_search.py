@@ -14,6 +14,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatComplet
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_tool_call import Function
 from vf_triviaqa_search import load_environment
+from vf_triviaqa_search.data import load_triviaqa_file
 from vf_triviaqa_search.protocols import NO_CALL_REPLY
 from vf_triviaqa_search.rewards import contains_alias, normalize_triviaqa, xml_tag_reward
 
@@ -300,6 +301,25 @@ def test_real_samples_load(shared_data, tmp_path):
 def test_bad_arguments_say_what_to_change(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         load_environment(**kwargs)
+
+
+def test_hub_row_layout(tmp_path):
+    """Rows as `mandarjoshi/trivia_qa` (config rc) gives them: value first, then aliases and normalized aliases."""
+    row = {
+        "question": "Which Lloyd Webber musical premiered in the US on 10th December 1993?",
+        "question_id": "tc_33",
+        "answer": {"value": "Sunset Boulevard", "aliases": ["Sunset Blvd", "Sunset Boulevard"],
+                   "normalized_aliases": ["sunset blvd", "sunset boulevard"], "normalized_value": "sunset boulevard"},
+    }  # fmt: skip
+    path = tmp_path / "hub.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (loaded,) = load_triviaqa_file(path)
+    assert loaded == {
+        "id": "tc_33",
+        "question": row["question"],
+        "answer": "Sunset Boulevard",
+        "aliases": ["Sunset Boulevard", "Sunset Blvd", "sunset blvd", "sunset boulevard"],
+    }
 
 
 def test_unsupported_data_file_names_the_line(tmp_path):
