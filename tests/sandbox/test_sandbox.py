@@ -64,7 +64,8 @@ def test_infinite_loop_is_killed_within_the_timeout(code):
     result = run(code, timeout=1.0)
     assert result.timed_out and not result.ok
     assert result.signal == signal.SIGKILL
-    assert 1.0 <= result.elapsed < 2.0
+    # killed at the timeout; the slack covers tearing the namespace down on a loaded 2-core machine
+    assert 1.0 <= result.elapsed < 2.5
 
 
 def test_cpu_limit_sends_sigxcpu():
