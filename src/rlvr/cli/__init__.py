@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rlvr.cli import analyze, env, evaluate, models
+from rlvr.cli import analyze, env, evaluate, models, serve
 
 app = typer.Typer(
     name="rlvr",
@@ -13,6 +13,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 app.add_typer(models.app, name="models")
+app.command("serve", context_settings=serve.PASSTHROUGH)(serve.serve)
 app.add_typer(env.app, name="env")
 evaluate.register(app)
 analyze.register(app)

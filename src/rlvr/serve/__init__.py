@@ -1,0 +1,19 @@
+"""The rollout server: vLLM's OpenAI server with verifiers' weight-sync protocol and a CPU weight-sync transport.
+
+Importing this package does not import vLLM (the server runs in its own process).
+"""
+
+from rlvr.serve.client import CPUWeightSyncClient, WeightSyncError
+from rlvr.serve.launch import ServeLaunchError, Server, launch, servers_started_by
+from rlvr.serve.server import ADMIN_HEADER, ADMIN_TOKEN_ENV
+
+__all__ = [
+    "ADMIN_HEADER",
+    "ADMIN_TOKEN_ENV",
+    "CPUWeightSyncClient",
+    "Server",
+    "ServeLaunchError",
+    "WeightSyncError",
+    "launch",
+    "servers_started_by",
+]

@@ -1,0 +1,183 @@
+"""Start `rlvr serve` as a subprocess for tests, benchmarks and scripts, and stop every process it spawned.
+
+The server runs in its own process group (vLLM spawns an engine-core process beside the API server), so stopping
+the group stops both. Every process of the group carries ``RLVR_SERVE_OWNER=<pid of the launcher>`` in its
+environment, so a test session can check that nothing it started is still alive (`servers_started_by`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from rlvr.serve.server import ADMIN_TOKEN_ENV
+
+OWNER_ENV = "RLVR_SERVE_OWNER"
+LOG_TAIL_LINES = 60
+
+
+class ServeLaunchError(RuntimeError):
+    """The server did not become healthy."""
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str  # root, e.g. http://127.0.0.1:8000
+    model: str  # served model name (the name given to launch)
+    port: int
+    pid: int
+    log_file: Path
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI API base (what `vf-eval -b` and `AsyncOpenAI(base_url=...)` take)."""
+        return f"{self.url}/v1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def default_log_file(model: str, port: int) -> Path:
+    from rlvr.models import rlvr_home
+
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.strip("/"))[-80:]
+    return rlvr_home() / "logs" / f"serve-{safe}-{port}.log"
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    if not path.is_file():
+        return f"(no log at {path})"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _processes() -> Iterator[tuple[int, int, bytes]]:
+    """(pid, process group, environment) of every live, readable process (Linux /proc; zombies skipped)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or another user's process
+            continue
+        # /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may contain spaces, so split after the last ")".
+        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+        if state not in ("Z", "X"):
+            yield int(entry.name), int(pgrp), environ
+
+
+def group_processes(pgid: int) -> list[int]:
+    return [pid for pid, pgrp, _ in _processes() if pgrp == pgid]
+
+
+def servers_started_by(owner_pid: int) -> list[int]:
+    """Pids of live server processes (API server and engine core) started by `launch` in process `owner_pid`."""
+    marker = f"{OWNER_ENV}={owner_pid}".encode()
+    return [pid for pid, _, environ in _processes() if marker in environ.split(b"\0")]
+
+
+def _stop_group(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM the server's process group (vLLM shuts its engine down), SIGKILL whatever outlives `grace`."""
+    pgid = proc.pid  # start_new_session=True: the server leads its own group
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        proc.poll()
+        if not group_processes(pgid):
+            break
+        time.sleep(0.2)
+    else:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=30)
+
+
+def _wait_healthy(proc: subprocess.Popen, url: str, timeout: float, log_file: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServeLaunchError(
+                f"rlvr serve exited with code {proc.returncode} before becoming healthy; log {log_file}:\n"
+                f"{log_tail(log_file)}"
+            )
+        try:
+            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise ServeLaunchError(
+        f"rlvr serve did not answer {url}/health within {timeout:.0f} s (raise timeout= on a busy machine); "
+        f"log {log_file}:\n{log_tail(log_file)}"
+    )
+
+
+@contextmanager
+def launch(
+    model: str,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+    timeout: float = 300,
+    *,
+    host: str = "127.0.0.1",
+    admin_token: str | None = None,
+    log_file: Path | None = None,
+    stop_grace: float = 30,
+) -> Iterator[Server]:
+    """Run `rlvr serve --model MODEL` until the block exits; yields a `Server` once `/health` answers 200.
+
+    `extra_args` go to `rlvr serve` (and on to vLLM). The admin token travels in the environment, never on the
+    command line, so it shows in neither `ps` nor the log.
+    """
+    port = port or free_port()
+    log_file = Path(log_file) if log_file else default_log_file(model, port)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, OWNER_ENV: str(os.getpid())}
+    env.pop(ADMIN_TOKEN_ENV, None)
+    if admin_token is not None:
+        env[ADMIN_TOKEN_ENV] = admin_token
+    command = [
+        sys.executable,
+        "-m",
+        "rlvr.serve",
+        "--model",
+        model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        *extra_args,
+    ]
+    connect_host = (
+        "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    )  # a wildcard bind answers on loopback
+    url = f"http://{connect_host}:{port}"
+    with open(log_file, "ab") as log:
+        log.write(f"\n==> {' '.join(command)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        _wait_healthy(proc, url, timeout, log_file)
+        yield Server(url=url, model=model, port=port, pid=proc.pid, log_file=log_file)
+    finally:
+        _stop_group(proc, stop_grace)
