@@ -73,7 +73,7 @@ def mean_stderr(values: Sequence[float]) -> Stat:
 def turn_rewards_of(state: dict) -> list[float]:
     """Per-assistant-turn rewards that TurnRubric wrote on the trajectory steps (empty for outcome-only rubrics)."""
     steps = state.get("trajectory") or []
-    if not any("turn_reward" in (step.get("extras") or {}) for step in steps):
+    if not any("turn_rewards" in (step.get("extras") or {}) for step in steps):
         return []
     return [float(step["reward"]) for step in steps]
 
