@@ -103,6 +103,67 @@ def test_mt_grpo_zero_spread_group_gives_zeros():
     assert got == [[0.0, 0.0], [0.0, 0.0], [0.0]]
 
 
+# --- edge cases pinned to the original code (SiliangZeng/Multi-Turn-RL-Agent, verifiers/trainers/) ---
+# grpo_env_trainer.py `_compute_normalized_advantages`: (r - mean) / (std + 1e-4), torch's unbiased std, over all
+# num_generations rollouts of the prompt. mt_grpo_env_trainer.py `_assign_advantages` ("aae"): result_segment > 0 ->
+# A_out + coef * A_turn on the assistant tokens before the env message holding the first <result>, A_out after;
+# result_segment == -1 -> combined_advantages. verl-tool's mt_grpo_core_algos.py does the same per uid.
+
+
+def test_mt_grpo_when_only_one_of_two_rollouts_reached_a_tool_result():
+    # R_out [1, 0] -> A_out = +-0.5 / (0.7071068 + 1e-4) = +-0.7070068
+    # R_turn [0.5, 0] -> A_turn = +-0.25 / (0.3535534 + 1e-4) = +-0.7069068
+    # R_turn + R_out [1.5, 0] -> A_comb = +-0.75 / (1.0606602 + 1e-4) = +-0.7070401
+    # The rollout without a result gets A_comb normalised over the *whole* group (both rollouts), not over the
+    # rollouts without a result (which would be a group of one, i.e. 0).
+    got = compute_advantages("mt_grpo", [[0.5, 0.0], [0.0]], [1.0, 0.0], [0, None])
+    assert got == approx([[1.4139136, 0.7070068], [-0.7070401]], abs=1e-6)
+
+
+def test_mt_grpo_and_ms_po_when_no_rollout_reached_a_tool_result():
+    # combined [1.2, 0, 0.1]: mean 0.4333333, sample std 0.6658328 -> [1.1512673, -0.6507163, -0.5005510] on every
+    # turn: MT-GRPO is then GRPO-MR. MS-PO (gamma 0.5): cumulative [0.7, 0, 0.1] -> [1.1442839, -0.7041747, -0.4401092]
+    turns, outcome, first = [[0.2, 0.0], [0.0], [0.1, 0.0, 0.0]], [1.0, 0.0, 0.0], [None] * 3
+    comb = [1.1512673, -0.6507163, -0.5005510]
+    expected = [[comb[0]] * 2, [comb[1]], [comb[2]] * 3]
+    assert compute_advantages("mt_grpo", turns, outcome, first, coef=0.3) == approx(expected, abs=1e-6)
+    assert compute_advantages("grpo_mr", turns, outcome, first) == approx(expected, abs=1e-6)
+    cum = [1.1442839, -0.7041747, -0.4401092]
+    got = compute_advantages("ms_po", turns, outcome, first, gamma=0.5)
+    assert got == approx([[cum[0]] * 2, [cum[1]], [cum[2]] * 3], abs=1e-6)
+
+
+def test_ties_and_a_constant_turn_reward():
+    # outcomes [1, 1, 0, 0]: sample std sqrt(1/3) = 0.5773503 -> +-0.5 / 0.5774503 = +-0.8658754.
+    # The turn reward is the same for everyone, so A_turn = 0 (0 / (0 + 1e-4)) and A_comb = A_out: MT-GRPO gives
+    # A_out on every turn, whoever reached a result.
+    a = 0.8658754
+    got = compute_advantages("mt_grpo", [[0.3, 0.0]] * 4, [1.0, 1.0, 0.0, 0.0], [0, None, 1, None])
+    assert got == approx([[a, a], [a, a], [-a, -a], [-a, -a]], abs=1e-6)
+
+
+def test_the_turn_producing_the_first_result_and_every_earlier_turn_get_the_turn_term():
+    # before_result_mask covers all assistant tokens before the env message with the first <result>: a result after
+    # the last turn credits every turn; a result after turn 0 credits only turn 0. norm "none": R_turn [1, 0] ->
+    # A_turn [0.5, -0.5], R_out [2, 0] -> A_out [1, -1].
+    got = compute_advantages("mt_grpo", [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [2.0, 0.0], [2, 0], norm="none")
+    assert got == approx([[1.5, 1.5, 1.5], [-1.5, -1.0, -1.0]])
+
+
+def test_ms_po_with_std_normalisation():
+    # mt_grpo_env_trainer.py "cae": cumulative = R_turn + discount_factor * R_out = [0.2 + 0.5, 0] ->
+    # +-0.35 / (0.4949747 + 1e-4) = +-0.7069640 before and at the first result, A_out = +-0.7070068 after it
+    got = compute_advantages("ms_po", [[0.2, 0.0], [0.0, 0.0]], [1.0, 0.0], [0, 0], gamma=0.5)
+    assert got == approx([[0.7069640, 0.7070068], [-0.7069640, -0.7070068]], abs=1e-6)
+
+
+def test_mt_grpo_with_verl_tool_std_floor():
+    # verl-tool grpo_normalize: a group std below 1e-4 is only centred. R_turn [1e-5, 0] -> A_turn = +-5e-6;
+    # R_out [1, 0] -> +-0.7070068 (std above the floor, divided as usual)
+    got = compute_advantages("mt_grpo", [[1e-5], [0.0]], [1.0, 0.0], [0, 0], std_floor=1e-4)
+    assert got == approx([[0.7070068 + 5e-6], [-0.7070068 - 5e-6]], abs=1e-7)
+
+
 def test_ms_po():
     # gamma 0.5: cumulative = R_turn + 0.5 R_out = [3.5, 0, 1] (mean 1.5) -> A_cum = [2, -1.5, -0.5]; A_out [2, -1, -1]
     # rollout 0: turns 0, 1 get A_cum 2, turn 2 A_out 2; rollout 1 (no result): A_cum; rollout 2: A_cum
@@ -125,11 +186,26 @@ def test_mt_grpo_k_over_rollouts_that_reached_the_turn():
 
 
 def test_mt_grpo_k_with_unreached_turns_counted_as_zero():
-    # zero: index 0 = [2, 4, 0] (mean 2) -> [0, 2, -]; index 1 = [3, 0, 0] (mean 1) -> [2, -, -]
+    # zero: index 0 = [2, 4, 0] (mean 2) -> [0, 2, -2]; index 1 = [3, 0, 0] (mean 1) -> [2, -1, -1].
+    # Every rollout sums to the group's last intermediate index 1, its never-taken turns included:
     # rollout 0: k0 = 0 + 0.5 * 2 + 0.25 * -3 = 0.25; k1 = 2 - 1.5 = 0.5; k2 = -3
-    # rollout 1: k0 = 2 + 0.5 * -2 = 1; k1 = -2.   rollout 2: [5]
+    # rollout 1: k0 = 2 + 0.5 * -1 + 0.5 * -2 = 0.5; k1 = -1 + 1 * -2 = -3
+    # rollout 2: k0 = -2 + 0.5 * -1 + 1 * 5 = 2.5
     got = compute_advantages("mt_grpo_k", K_TURNS, K_OUTCOME, [None] * 3, alpha=0.5, unreached="zero", norm="none")
-    assert got == approx([[0.25, 0.5, -3.0], [1.0, -2.0], [5.0]])
+    assert got == approx([[0.25, 0.5, -3.0], [0.5, -3.0], [2.5]])
+
+
+def test_mt_grpo_k_zero_removes_the_termination_bias_of_verl_rfc_7244():
+    # Rollout B takes one more intermediate turn (reward c = 0.5) before answering, rollout A answers at once; same
+    # outcome. B's return is c higher, so the decision at turn index 1 (A: answer, B: search again) should differ by c.
+    # R^O = [1, 1] -> A^O = [0, 0]; index 0 = [0, 0] -> [0, 0].
+    # exclude: index 1 = [0.5] (B only) -> [0]: the gap is 0, the hidden -E[R_intermediate] of the RFC.
+    # zero: index 1 = [0.5, 0] (mean 0.25) -> [0.25, -0.25]; B: [0.25, 0.25, 0], A: [-0.25, -0.25]: gap 0.5 = c.
+    turns, outcome = [[0.0, 0.5, 0.0], [0.0, 0.0]], [1.0, 1.0]
+    got = compute_advantages("mt_grpo_k", turns, outcome, [None, None], norm="none")
+    assert got == approx([[0.0, 0.0, 0.0], [0.0, 0.0]])
+    got = compute_advantages("mt_grpo_k", turns, outcome, [None, None], unreached="zero", norm="none")
+    assert got == approx([[0.25, 0.25, 0.0], [-0.25, -0.25]])
 
 
 # turn_return group: turn rewards [[1, 0], [0], [2, 2]], outcomes [4, 0, 0], gamma 0.5, norm "none".

@@ -150,3 +150,25 @@ def test_anchor_grouping_is_finite_and_zero_on_identical_rollouts(group, omega, 
         "turn_return", [turns[0]] * n, [outcome[0]] * n, [None] * n, state_keys=[list(range(length))] * n
     )
     assert all(x == 0.0 for row in same for x in row)
+
+
+@settings(max_examples=100, deadline=None)
+@given(groups(min_turns=1), st.data(), st.sampled_from(["std", "none"]))
+def test_mt_grpo_k_zero_baseline_does_not_depend_on_the_stopping_turn(group, data, norm):
+    # verl RFC #7244: with unreached="zero" (alpha = 1) a rollout that takes one more intermediate turn with reward 0,
+    # without becoming the group's longest, changes no baseline: every rollout's existing turns keep their advantage.
+    turns, outcome, first = group
+    longest = max(len(t) for t in turns)
+    shorter = [i for i, t in enumerate(turns) if len(t) < longest]
+    if not shorter:
+        return
+    i = data.draw(st.sampled_from(shorter))
+    longer = [list(t) for t in turns]
+    longer[i].insert(len(longer[i]) - 1, 0.0)
+    kw = dict(alpha=1.0, unreached="zero", norm=norm)
+    before = compute_advantages("mt_grpo_k", turns, outcome, [None] * len(turns), **kw)
+    after = compute_advantages("mt_grpo_k", longer, outcome, [None] * len(turns), **kw)
+    # rollout i's turn positions 0..K-1 keep their values (the inserted turn sits where its answer was: both sum the
+    # same zero-padded intermediate terms plus A^O); its moved answer turn is a new decision and is not compared
+    for b, a in zip(before, after, strict=True):
+        assert all(math.isclose(x, y, abs_tol=1e-9) for x, y in zip(b, a, strict=False))

@@ -119,18 +119,17 @@ def _per_index_normalize(
     """Normalise values[i][k] across rollouts i separately for every turn index k.
 
     unreached="exclude": the statistics of index k use only the rollouts that have an entry at k (the paper's
-        "rollouts that reached turn k").
-    unreached="zero": rollouts without an entry at k count as 0 in the statistics of index k.
-    Why "zero" exists (verl RFC #7244, "a turn-level baseline that stays unbiased under variable turn counts"): when
-    the policy decides when to stop, a per-index baseline computed only over the rollouts that went on is an
-    action-dependent baseline, which biases the policy gradient (an implicit bonus of -E[R_intermediate] on "take
-    another turn"). Counting unreached turns as 0 makes every index's baseline use the whole group, independent of
-    the rollout's own stopping turn. Use "zero" when the agent controls termination; "exclude" reproduces the paper.
+        "rollouts that reached turn k"); row i keeps its own length.
+    unreached="zero": a rollout without an entry at k counts as 0 in the statistics of index k, and row i is
+        returned at the group's full width: entry k of a rollout that never reached k is that 0, normalised
+        ((0 - mean_k) / (std_k + eps)). Estimators that sum over later turn indices (mt_grpo_k) need those entries;
+        estimators that only read a rollout's own turns (turn_return) cut the row back to its length.
     """
     if unreached not in UNREACHED:
         raise ValueError(f"unreached must be one of {UNREACHED}, got {unreached!r}")
-    out = [[0.0] * len(v) for v in values]
-    for k in range(max((len(v) for v in values), default=0)):
+    width = max((len(v) for v in values), default=0)
+    out = [[0.0] * (width if unreached == "zero" else len(v)) for v in values]
+    for k in range(width):
         if unreached == "exclude":
             members = [i for i, v in enumerate(values) if len(v) > k]
             column = [values[i][k] for i in members]
@@ -138,8 +137,7 @@ def _per_index_normalize(
             members = list(range(len(values)))
             column = [v[k] if len(v) > k else 0.0 for v in values]
         for i, a in zip(members, _norm(column, p), strict=True):
-            if len(values[i]) > k:
-                out[i][k] = a
+            out[i][k] = a
     return out
 
 
@@ -164,6 +162,18 @@ def mt_grpo_k(
     so its last turn gets A^O alone. In the paper the last turn's reward *is* the outcome; a turn reward the
     environment gives to the last turn (e.g. a format score) is therefore added to R_outcome before A^O.
     alpha = 0 leaves every intermediate turn with its own A^I_k and the last turn with A^O.
+
+    unreached="exclude" (default, the paper): A^I_l over the rollouts that reached turn l as an intermediate turn,
+    and the sum stops at the rollout's own last intermediate turn K-2.
+    unreached="zero" (policy-controlled stopping, verl RFC #7244): the sum runs to the group's last intermediate
+    index H-1 (H = max K - 1 over the group) for every rollout, an intermediate turn the rollout never took counting
+    as reward 0, normalised against that index's statistics over the whole group:
+        A_k = sum_{l=k}^{H-1} alpha^(l-k) * A^I_l + alpha^(K-1-k) * A^O,   A^I_l = norm_l(r_l or 0 over all rollouts).
+    Why: with "exclude" the subtracted baseline sum_{l=k}^{K-2} alpha^(l-k) mean_l / std_l has as many terms as
+    the rollout has turns, so it depends on the rollout's own decision to stop - an action-dependent baseline. RFC
+    #7244 gives its closed form: a hidden -E[R_intermediate] on every "take another turn" decision. With a fixed
+    horizon the baseline terms no longer depend on the rollout's length (exactly so for alpha = 1; for alpha < 1 the
+    outcome term's weight alpha^(K-1-k) still does).
     """
     p = dict(norm=norm, eps=eps, std_floor=std_floor)
     intermediate = [list(t[:-1]) for t in turn_rewards]
@@ -175,7 +185,8 @@ def mt_grpo_k(
         K = len(turns)
         adv = []
         for k in range(K):
-            future = math.fsum(alpha ** (j - k) * a_int[i][j] for j in range(k, K - 1))
+            # a_int[i] ends at K-2 ("exclude") or at the group's last intermediate index ("zero")
+            future = math.fsum(alpha ** (j - k) * a_int[i][j] for j in range(k, len(a_int[i])))
             adv.append(future + alpha ** (K - 1 - k) * a_out[i])
         out.append(adv)
     return out
@@ -210,7 +221,9 @@ def turn_return(
     """Discounted turn returns, normalised within the group.
 
     Without state keys: A_k = norm_k(G_k), normalised per turn index k (as GTPO, arXiv 2511.14846, normalises
-    returns per turn), with the `unreached` option of `_per_index_normalize`.
+    returns per turn), with the `unreached` option of `_per_index_normalize`. Each turn's advantage here has a single
+    baseline term (the mean return at its index), so neither option makes the baseline depend on the rollout's own
+    stopping turn; "zero" only adds the rollouts that had already stopped (return 0) to each index's statistics.
 
     With state keys (one hashable key per turn, e.g. a hash of the observation the turn acted on), GiGPO's two-level
     advantage (arXiv 2505.10978, Sec. 3, Eq. 7-9): A = A^E + omega * A^S, where
@@ -221,7 +234,8 @@ def turn_return(
     p = dict(norm=norm, eps=eps, std_floor=std_floor)
     returns = [_discounted_returns(t, o, gamma) for t, o in zip(turn_rewards, outcome_rewards, strict=True)]
     if state_keys is None:
-        return _per_index_normalize(returns, p, unreached)
+        full = _per_index_normalize(returns, p, unreached)
+        return [row[: len(g)] for row, g in zip(full, returns, strict=True)]
     episode = _norm([math.fsum(t) + o for t, o in zip(turn_rewards, outcome_rewards, strict=True)], p)
     anchors: dict[Hashable, list[tuple[int, int]]] = defaultdict(list)
     for i, keys in enumerate(state_keys):
