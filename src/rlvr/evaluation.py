@@ -37,21 +37,38 @@ def installed_environment_names() -> list[str]:
 
 
 def load_env(name: str, env_args: dict[str, Any] | None = None):
+    """``vf.load_environment`` with errors that say what to fix: unknown ids list the installed environments,
+    misspelt arguments get the closest valid name, failures inside ``load_environment`` show their own message."""
+    import difflib
+    import importlib
+    import importlib.util
+    import inspect
+
     import verifiers as vf
 
     env_args = env_args or {}
-    try:
-        return vf.load_environment(name, **env_args)
-    except (ModuleNotFoundError, ImportError) as err:
-        if name.replace("-", "_") not in str(err):
-            raise  # the environment exists but one of its own imports failed: show that, not a listing
+    module_name = name.replace("-", "_").split("/")[-1]
+    if importlib.util.find_spec(module_name) is None:
         installed = ", ".join(installed_environment_names()) or "none"
         raise EnvironmentLoadError(
             f"unknown environment {name!r}. Installed environments: {installed}.\n"
-            f"  fix: install it (`rlvr env install {name}` or `pip install -e environments/{name.replace('-', '_')}`)"
-        ) from err
-    except TypeError as err:
-        raise EnvironmentLoadError(f"bad --env-args for {name}: {err}") from err
+            f"  fix: `rlvr env install {name}`, or `pip install -e environments/{module_name}` in this repository"
+        )
+    loader = getattr(importlib.import_module(module_name), "load_environment", None)
+    if loader is None:
+        raise EnvironmentLoadError(f"module {module_name!r} has no load_environment(): is {name!r} an environment?")
+    parameters = inspect.signature(loader).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        for key in env_args:
+            if key not in parameters:
+                close = difflib.get_close_matches(key, parameters, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else f" Valid: {', '.join(parameters)}."
+                raise EnvironmentLoadError(f"{name} has no argument {key!r}.{hint}")
+    try:
+        return vf.load_environment(name, **env_args)
+    except (ValueError, RuntimeError) as err:
+        cause = err.__cause__ or err
+        raise EnvironmentLoadError(f"{name} failed to load with {env_args}: {cause}") from err
 
 
 @dataclass(frozen=True)

@@ -129,13 +129,14 @@ def _load_smollm2_tokenizer():
 
 def build_smollm2(out: Path) -> None:
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     gguf = smollm2_gguf_path()
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    # save_pretrained refuses GGUF-quantized models: rebuild a plain model from the config and weights.
-    config = quantized.config
-    config.dtype = torch.float32
+    # save_pretrained refuses GGUF-quantized models: rebuild a plain model from the config and weights, without the
+    # GGUF quantization_config (vLLM would try to load the safetensors as GGUF).
+    fields = {k: v for k, v in quantized.config.to_dict().items() if k not in ("quantization_config", "_model_name_or_path")}
+    config = AutoConfig.for_model(**{**fields, "dtype": "float32"})
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
@@ -191,7 +192,7 @@ def model_path(name: str) -> Path:
 
 
 # Bump when a builder's output changes: prepared models with another stamp are rebuilt.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 STAMP_FILE = "rlvr-model.json"
 
 

@@ -98,6 +98,13 @@ def test_tiny_random_is_seeded(tiny_model, tmp_path):
     assert all(torch.equal(rebuilt[k], cached[k]) for k in rebuilt)
 
 
+def test_smollm2_is_a_plain_unquantized_checkpoint(smol_model):
+    config = json.loads((smol_model / "config.json").read_text())
+    assert "quantization_config" not in config  # vLLM would try to read the safetensors as GGUF
+    assert config["model_type"] == "llama" and config["tie_word_embeddings"] is True
+    assert config["num_hidden_layers"] == 30 and config["hidden_size"] == 576
+
+
 @pytest.mark.slow
 def test_smollm2_answers_capital_of_france(smol_model):
     answer = _greedy(smol_model, "What is the capital of France? Answer with one word.")
