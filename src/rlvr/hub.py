@@ -30,6 +30,7 @@ import tempfile
 import tomllib
 import venv
 import zipfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from importlib import resources
@@ -38,7 +39,7 @@ from string import Template
 from urllib.parse import unquote, urlparse
 
 import httpx
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
@@ -93,7 +94,8 @@ def installed_environments() -> list[InstalledEnv]:
     for dist in metadata.distributions():
         name = dist.metadata["Name"]
         key = canonicalize_name(name or "")
-        if not name or key in found or not _requires_any(dist, {"verifiers", "rlvr"}):  # the first on sys.path is what imports
+        # Skip later copies: the first distribution on sys.path is the one whose module imports.
+        if not name or key in found or not _requires_any(dist, {"verifiers", "rlvr"}):
             continue
         module = name.replace("-", "_")
         init = _module_source(module)
@@ -106,7 +108,13 @@ def installed_environments() -> list[InstalledEnv]:
 
 
 def _requires_any(dist: metadata.Distribution, names: set[str]) -> bool:
-    return any(canonicalize_name(Requirement(r).name) in names for r in dist.requires or [])
+    for text in dist.requires or []:
+        try:
+            if canonicalize_name(Requirement(text).name) in names:
+                return True
+        except InvalidRequirement:  # another package's broken metadata must not break the listing
+            continue
+    return False
 
 
 def _module_source(module: str) -> Path | None:
@@ -231,29 +239,44 @@ class Built:
 def build(project: Path, outdir: Path | None = None) -> Built:
     """Build sdist, then the wheel from that sdist (so a file missing from the sdist breaks the build here)."""
     outdir = outdir or project / "dist"
+    _python_build(project, outdir)
+    return dist_files(outdir, project_info(project))
+
+
+def build_wheel(project: Path, outdir: Path) -> Path:
+    """A wheel of ``project`` (no sdist), used for editable dependencies such as the rlvr core."""
+    _python_build(project, outdir, "--wheel")
     info = project_info(project)
+    (wheel,) = _dists_of(outdir, info, "*.whl", parse_wheel_filename)  # `build` just wrote exactly this one
+    return wheel
+
+
+def _python_build(project: Path, outdir: Path, *args: str) -> None:
     # No build isolation: the build backend (hatchling, in the `hub` extra) is already installed, so building
     # works offline and takes seconds instead of fetching the backend from the index on every build.
     _run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(outdir), str(project)],
+        [sys.executable, "-m", "build", "--no-isolation", *args, "--outdir", str(outdir), str(project)],
         what=f"building {project}",
         fix="install the build tools with `pip install 'rlvr[hub]'` and fix the error above",
     )
-    return dist_files(outdir, info)
+
+
+def _dists_of(outdir: Path, info: ProjectInfo, pattern: str, parse) -> list[Path]:
+    key, version = canonicalize_name(info.name), Version(info.version)
+    return [p for p in outdir.glob(pattern) if tuple(parse(p.name)[:2]) == (key, version)]
 
 
 def dist_files(outdir: Path, info: ProjectInfo) -> Built:
     """The wheel and sdist of the project's current version in ``outdir``."""
-    key, version = canonicalize_name(info.name), Version(info.version)
-    wheels = [p for p in outdir.glob("*.whl") if parse_wheel_filename(p.name)[:2] == (key, version)]
-    sdists = [p for p in outdir.glob("*.tar.gz") if parse_sdist_filename(p.name) == (key, version)]
+    wheels = _dists_of(outdir, info, "*.whl", parse_wheel_filename)
+    sdists = _dists_of(outdir, info, "*.tar.gz", parse_sdist_filename)
     if len(wheels) != 1 or len(sdists) != 1:
         raise HubError(f"expected one wheel and one sdist of {info.name} {info.version} in {outdir}, found "
                        f"{sorted(p.name for p in wheels + sdists)}: run `rlvr env build {info.name}` first")
     return Built(wheel=wheels[0], sdist=sdists[0])
 
 
-# Runs inside the fresh venv's interpreter: reports where the distribution and its module came from, whether
+# Runs inside the interpreter of the venv under check: reports where the distribution and its module came from, whether
 # a pyproject.toml sits at the site-packages root, and whether verifiers can load the environment.
 _PROBE = """
 import importlib.metadata as md, json, sys, sysconfig, traceback
@@ -308,7 +331,10 @@ def check_wheel(wheel: Path, *, timeout: float = 600) -> CheckReport:
             build_wheel(source, links)
         python = make_fresh_venv(tmp_path / "venv", hide={name})
         pip_install([str(links / wheel.name)], python=python, no_index=True, find_links=links, isolated=True)
-        return verify_installed(python, _wheel_metadata(wheel)["Name"], timeout=timeout)
+        try:
+            return verify_installed(python, _wheel_metadata(wheel)["Name"], timeout=timeout)
+        except HubError as err:
+            raise HubError(f"{wheel.name}, installed into a fresh venv: {err}") from None
 
 
 def verify_installed(python: Path, dist_name: str, *, timeout: float = 600) -> CheckReport:
@@ -338,22 +364,13 @@ def _probe_problems(report: dict, dist_name: str) -> list[str]:
             "[tool.hatch.build.targets.wheel] packages = [\"<module>\"], and no `include` of pyproject.toml"
         )
     if report["dist_location"] != site:
-        problems.append(f"{dist_name} metadata was found in {report['dist_location']}, not in the fresh venv {site}")
+        problems.append(f"{dist_name} metadata was found in {report['dist_location']}, not in the venv's own {site}")
     if "load_error" in report:
-        problems.append(f"vf.load_environment({dist_name!r}) failed in the fresh venv:\n{report['load_error']}")
+        problems.append(f"vf.load_environment({dist_name!r}) failed in that venv:\n{report['load_error']}")
     elif not report["module_file"].startswith(site + os.sep):
-        problems.append(f"the module was imported from {report['module_file']}, not from the fresh venv {site}: "
+        problems.append(f"the module was imported from {report['module_file']}, not from the venv's own {site}: "
                         "the wheel does not contain it (check [tool.hatch.build.targets.wheel] packages)")
     return problems
-
-
-def build_wheel(project: Path, outdir: Path) -> Path:
-    """A wheel of ``project`` (no sdist), used for editable dependencies such as the rlvr core."""
-    _run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", str(outdir), str(project)],
-         what=f"building a wheel of {project}", fix="fix the build error above")
-    info = project_info(project)
-    key, version = canonicalize_name(info.name), Version(info.version)
-    return next(p for p in outdir.glob("*.whl") if parse_wheel_filename(p.name)[:2] == (key, version))
 
 
 def _wheel_metadata(wheel: Path):
@@ -387,7 +404,7 @@ def _editable_dependency_sources(requirements: list[Requirement]) -> list[Path]:
     return list(sources.values())
 
 
-def make_fresh_venv(path: Path, hide: set[str] = frozenset()) -> Path:
+def make_fresh_venv(path: Path, hide: Collection[str] = ()) -> Path:
     """A venv without pip that sees this venv's non-editable packages (minus ``hide``) after its own.
 
     venvs do not chain, so a ``.pth`` file in the fresh site-packages appends a folder of symlinks to this
@@ -409,7 +426,7 @@ def make_fresh_venv(path: Path, hide: set[str] = frozenset()) -> Path:
     return python
 
 
-def _hidden_entries(site: Path, hide: set[str]) -> set[str]:
+def _hidden_entries(site: Path, hide: Collection[str]) -> set[str]:
     hidden = {p.name for p in site.glob("*.pth")}
     hide_keys = {canonicalize_name(n) for n in hide}
     for dist in metadata.distributions(path=[str(site)]):

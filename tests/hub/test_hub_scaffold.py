@@ -54,9 +54,10 @@ def test_check_rejects_the_wheel_of_verifiers_vf_init_template(tmp_path):
     with pytest.raises(hub.HubError) as failure:
         hub.check_wheel(built.wheel)
     message = str(failure.value)
+    assert message.startswith("vf_legacy-0.1.0-py3-none-any.whl, installed into a fresh venv: vf-legacy failed")
     assert "pyproject.toml lands at the site-packages root (shipped by vf-legacy)" in message
     # The template's load_environment is a stub; the check loads it for real and reports the traceback.
-    assert "vf.load_environment('vf-legacy') failed in the fresh venv" in message
+    assert "vf.load_environment('vf-legacy') failed in that venv" in message
     assert "NotImplementedError" in message
 
 
