@@ -330,7 +330,9 @@ def check_wheel(wheel: Path, *, timeout: float = 600) -> CheckReport:
         for source in _editable_dependency_sources(_wheel_requirements(wheel)):
             build_wheel(source, links)
         python = make_fresh_venv(tmp_path / "venv", hide={name})
-        pip_install([str(links / wheel.name)], python=python, no_index=True, find_links=links, isolated=True)
+        pip_install([str(links / wheel.name)], python=python, no_index=True, find_links=links, isolated=True,
+                    fix="every dependency must be installed in this venv (the fresh venv borrows its packages) or "
+                        "be an editable install here; install it, or fix `dependencies` in pyproject.toml")
         try:
             return verify_installed(python, _wheel_metadata(wheel)["Name"], timeout=timeout)
         except HubError as err:
@@ -459,13 +461,11 @@ class _Links(HTMLParser):
             self.names.append(data.strip())
 
 
-def published_versions(index_url: str, name: str) -> set[str]:
+def published_versions(index_url: str, name: str, auth: tuple[str, str] | None = None) -> set[str]:
     """Versions of ``name`` already on a PEP 503 simple index (empty if the project is unknown there)."""
     url = f"{index_url.rstrip('/')}/{canonicalize_name(name)}/"
-    user, password = os.environ.get("TWINE_USERNAME"), os.environ.get("TWINE_PASSWORD")
     try:
-        response = httpx.get(url, follow_redirects=True, timeout=30,
-                             auth=(user, password) if user and password else None)
+        response = httpx.get(url, follow_redirects=True, timeout=30, auth=auth)
     except httpx.HTTPError as err:
         raise HubError(f"cannot reach the index at {url}: {err} (is the URL right and the server up?)") from err
     if response.status_code == 404:
@@ -498,8 +498,9 @@ def publish(files: list[Path], repository_url: str, index_url: str | None = None
     appear on a command line (visible in ``ps``) nor in our output.
     """
     if check_existing:
+        index_url = index_url or default_index_url(repository_url)
         for name, version in sorted({_dist_name_version(f) for f in files}):
-            if version in published_versions(index_url or default_index_url(repository_url), name):
+            if version in published_versions(index_url, name, auth=_upload_login_for(index_url, repository_url)):
                 raise HubError(f"{name} {version} is already on {repository_url}: published versions are "
                                "immutable. Bump `version` in pyproject.toml, rebuild, and publish again")
     # --verbose makes twine print the server's answer, which says why an upload was refused.
@@ -508,6 +509,14 @@ def publish(files: list[Path], repository_url: str, index_url: str | None = None
     result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     if result.returncode != 0:
         raise HubError(_twine_failure(result.stdout + result.stderr, repository_url))
+
+
+def _upload_login_for(index_url: str, repository_url: str) -> tuple[str, str] | None:
+    """The TWINE_* login, for an index on the upload host only (a hub may protect its listing too; another
+    host must never receive the password)."""
+    user, password = os.environ.get("TWINE_USERNAME"), os.environ.get("TWINE_PASSWORD")
+    same_host = urlparse(index_url).netloc == urlparse(repository_url).netloc
+    return (user, password) if user and password and same_host else None
 
 
 def _dist_name_version(path: Path) -> tuple[str, str]:
@@ -542,7 +551,9 @@ def _twine_failure(output: str, repository_url: str) -> str:
 
 
 def pip_install(requirements: list[str], *, python: Path | None = None, index_url: str | None = None,
-                no_index: bool = False, find_links: Path | None = None, isolated: bool = False) -> None:
+                no_index: bool = False, find_links: Path | None = None, isolated: bool = False,
+                fix: str = "check the name and version, and that the index serves them (pip's output is above)",
+                ) -> None:
     """Run pip (for ``python``, default this interpreter) and raise HubError if it fails.
 
     ``isolated`` ignores pip's configuration files and PIP_* source variables, so only the given index or
@@ -563,12 +574,14 @@ def pip_install(requirements: list[str], *, python: Path | None = None, index_ur
         env["PIP_CONFIG_FILE"] = os.devnull
         for var in _PIP_SOURCE_VARS:
             env.pop(var, None)
-    _run(command, what=f"pip install {' '.join(requirements)}",
-         fix="check the name and version, and that the index URL serves them (pip's output is above)", env=env)
+    _run(command, what=f"pip install {' '.join(requirements)}", fix=fix, env=env)
 
 
 def _run(command: list[str], *, what: str, fix: str, env: dict | None = None, timeout: float | None = None) -> str:
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        raise HubError(f"{what} did not finish within {timeout:.0f} s") from err
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-30:])
         raise HubError(f"{what} failed (exit code {result.returncode}):\n{tail}\n{fix}")

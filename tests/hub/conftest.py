@@ -88,7 +88,7 @@ def rlvr():
     def run(*args: str, env: dict[str, str] | None = None, python: Path | None = None) -> subprocess.CompletedProcess:
         command = [str(python or sys.executable), "-c", "from rlvr.cli import main; main()", *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=900,
-                              env={**(os.environ if env is None else env), "COLUMNS": "300"})
+                              env={**(os.environ if env is None else env), "COLUMNS": "1000"})
 
     return run
 

@@ -48,17 +48,18 @@ def test_scaffold_builds_installs_fresh_and_passes_its_own_tests(tmp_path, rlvr)
     assert f"{project} already exists" in again.stdout
 
 
-def test_check_rejects_the_wheel_of_verifiers_vf_init_template(tmp_path):
+def test_check_rejects_the_wheel_of_verifiers_vf_init_template(tmp_path, rlvr):
     project = vf_init("vf-legacy", str(tmp_path))  # verifiers' own template, single-file layout
-    built = hub.build(project)
-    with pytest.raises(hub.HubError) as failure:
-        hub.check_wheel(built.wheel)
-    message = str(failure.value)
-    assert message.startswith("vf_legacy-0.1.0-py3-none-any.whl, installed into a fresh venv: vf-legacy failed")
-    assert "pyproject.toml lands at the site-packages root (shipped by vf-legacy)" in message
+    result = rlvr("env", "build", str(project))
+    assert result.returncode == 1
+    assert (project / "dist" / "vf_legacy-0.1.0-py3-none-any.whl").is_file()  # it builds; the check refuses it
+    assert "error: vf_legacy-0.1.0-py3-none-any.whl, installed into a fresh venv: vf-legacy failed" in result.stdout
+    assert ("pyproject.toml lands at the site-packages root (shipped by vf-legacy); it collides with every other "
+            "package doing the same. Build the wheel from a package folder: [tool.hatch.build.targets.wheel] "
+            'packages = ["<module>"]') in result.stdout
     # The template's load_environment is a stub; the check loads it for real and reports the traceback.
-    assert "vf.load_environment('vf-legacy') failed in that venv" in message
-    assert "NotImplementedError" in message
+    assert "vf.load_environment('vf-legacy') failed in that venv" in result.stdout
+    assert "NotImplementedError" in result.stdout
 
 
 def test_build_of_an_unknown_environment_says_where_it_looked(tmp_path, rlvr):

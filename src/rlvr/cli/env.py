@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from packaging.requirements import Requirement
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rlvr import hub
@@ -19,7 +20,8 @@ ENVIRONMENTS = typer.Option(Path("environments"), "--path", "-p", help="Folder h
 
 
 def _fail(err: hub.HubError) -> typer.Exit:
-    console.print(f"[red]error:[/red] {err}", highlight=False)
+    # escape: messages quote TOML tables such as [tool.hatch.build.targets.wheel], which rich reads as markup
+    console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False)
     return typer.Exit(1)
 
 
