@@ -131,6 +131,42 @@ def _wait_healthy(proc: subprocess.Popen, url: str, timeout: float, log_file: Pa
 
 
 @contextmanager
+def serve_process(
+    command: Sequence[str],
+    *,
+    model: str,
+    port: int,
+    url: str,
+    log_file: Path,
+    env: dict[str, str],
+    timeout: float,
+    stop_grace: float,
+) -> Iterator[Server]:
+    """Run an OpenAI-compatible server command in its own process group until the block exits."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        log.write(f"\n==> {' '.join(command)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            list(command), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        _wait_healthy(proc, url, timeout, log_file)
+        yield Server(url=url, model=model, port=port, pid=proc.pid, log_file=log_file)
+    finally:
+        _stop_group(proc, stop_grace)
+
+
+def launcher_env(admin_token: str | None = None) -> dict[str, str]:
+    """This process's environment, marked with the owner pid; the admin token travels here, not in argv."""
+    env = {**os.environ, OWNER_ENV: str(os.getpid())}
+    env.pop(ADMIN_TOKEN_ENV, None)
+    if admin_token is not None:
+        env[ADMIN_TOKEN_ENV] = admin_token
+    return env
+
+
+@contextmanager
 def launch(
     model: str,
     port: int | None = None,
@@ -148,12 +184,6 @@ def launch(
     command line, so it shows in neither `ps` nor the log.
     """
     port = port or free_port()
-    log_file = Path(log_file) if log_file else default_log_file(model, port)
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, OWNER_ENV: str(os.getpid())}
-    env.pop(ADMIN_TOKEN_ENV, None)
-    if admin_token is not None:
-        env[ADMIN_TOKEN_ENV] = admin_token
     command = [
         sys.executable,
         "-m",
@@ -169,15 +199,14 @@ def launch(
     connect_host = (
         "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
     )  # a wildcard bind answers on loopback
-    url = f"http://{connect_host}:{port}"
-    with open(log_file, "ab") as log:
-        log.write(f"\n==> {' '.join(command)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    try:
-        _wait_healthy(proc, url, timeout, log_file)
-        yield Server(url=url, model=model, port=port, pid=proc.pid, log_file=log_file)
-    finally:
-        _stop_group(proc, stop_grace)
+    with serve_process(
+        command,
+        model=model,
+        port=port,
+        url=f"http://{connect_host}:{port}",
+        log_file=Path(log_file) if log_file else default_log_file(model, port),
+        env=launcher_env(admin_token),
+        timeout=timeout,
+        stop_grace=stop_grace,
+    ) as server:
+        yield server

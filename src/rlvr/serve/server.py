@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ ADMIN_PATHS = frozenset(
 # verifiers' server caps concurrent NCCL parameter updates at 10 (MAX_CONCURRENT_WEIGHT_UPDATES).
 MAX_CONCURRENT_NCCL_UPDATES = 10
 DEFAULT_CPU_KV_CACHE_GB = 2.0
+LOG_FORMAT = "%(levelname)s %(asctime)s [%(name)s] %(message)s"
 
 logger = logging.getLogger("rlvr.serve")
 
@@ -203,13 +205,14 @@ def parse_args(argv: list[str]) -> tuple[ServeOptions, list[str]]:
 def vllm_argv(
     options: ServeOptions, model_path: str, passthrough: list[str], *, on_cpu: bool, tools: bool
 ) -> list[str]:
-    """The vLLM server argv: rlvr's defaults first, so that a flag the user passes through wins (argparse: last)."""
+    """The vLLM server flags of `rlvr serve` (without its worker extension, so the throughput benchmark can start
+    plain vLLM with exactly these). rlvr's defaults come first so that a flag passed through wins (argparse: last).
+    """
     argv = [
         "--model", model_path,
         "--served-model-name", options.model,
         "--host", options.host,
         "--port", str(options.port),
-        "--worker-extension-cls", WORKER_EXTENSION,
     ]  # fmt: skip
     kv_cache_gb = (
         options.kv_cache_gb
@@ -412,6 +415,7 @@ def add_weight_sync_routes(
 async def run_server(args: argparse.Namespace, options: ServeOptions, *, on_cpu: bool) -> None:
     """vLLM's run_server / build_and_serve (vllm/entrypoints/launchers/api_server/entry.py), plus rlvr's routes."""
     import vllm.envs as envs
+    from starlette.middleware import Middleware
     from vllm.entrypoints.launchers.api_server.app_state import init_app_state
     from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
     from vllm.entrypoints.launchers.app import build_app
@@ -433,7 +437,11 @@ async def run_server(args: argparse.Namespace, options: ServeOptions, *, on_cpu:
             app = build_app(args, supported_tasks, engine.model_config)
             add_weight_sync_routes(app, engine, args, on_cpu=on_cpu, weights_dir=Path(weights_dir))
             if options.admin_token is not None and not (args.uds or is_loopback(args.host)):
-                app.add_middleware(AdminTokenMiddleware, token=options.admin_token)
+                # build_app has already built the middleware stack (the SageMaker bootstrap does), so
+                # app.add_middleware refuses; insert outermost and rebuild, as that bootstrap itself does
+                # (model_hosting_container_standards/common/fastapi/middleware/core.py).
+                app.user_middleware.insert(0, Middleware(AdminTokenMiddleware, token=options.admin_token))
+                app.middleware_stack = app.build_middleware_stack()
                 logger.info("admin token required for weight-changing endpoints (non-loopback bind)")
             await init_app_state(engine, app.state, args, supported_tasks)
             uvicorn_kwargs = {}
@@ -465,8 +473,6 @@ async def run_server(args: argparse.Namespace, options: ServeOptions, *, on_cpu:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import sys
-
     argv = sys.argv[1:] if argv is None else argv
     try:
         options, passthrough = parse_args(argv)
@@ -479,6 +485,11 @@ def main(argv: list[str] | None = None) -> None:
         # Set before vLLM is imported: vllm.logger configures logging at import time (and so does the engine
         # process it spawns, which inherits this environment).
         os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(config_path)
+    else:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
     # vLLM's engine runs in a spawned process; fork after torch threads start is unsafe.
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
@@ -497,8 +508,7 @@ def main(argv: list[str] | None = None) -> None:
     except models.ModelError as exc:
         raise SystemExit(f"rlvr serve: {exc}") from None
     parser = make_arg_parser(FlexibleArgumentParser(prog="rlvr serve"))
-    args = parser.parse_args(
-        vllm_argv(options, model_path, passthrough, on_cpu=on_cpu, tools=options.model in models.REGISTRY)
-    )
+    flags = vllm_argv(options, model_path, passthrough, on_cpu=on_cpu, tools=options.model in models.REGISTRY)
+    args = parser.parse_args([*flags, "--worker-extension-cls", WORKER_EXTENSION])
     validate_parsed_serve_args(args)
     uvloop.run(run_server(args, options, on_cpu=on_cpu))
