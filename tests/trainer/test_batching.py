@@ -49,10 +49,10 @@ def test_distribute_balances_tokens_and_equalises_microbatch_counts():
     samples = [Sample([1] * n, [1] * n, [0.0] * n, [1.0] * n) for n in (9, 7, 5, 3, 2)]
     split = distribute(samples, num_processes=2, micro_batch_size=2, pad_token_id=0)
     # LPT: 9 -> p0, 7 -> p1, 5 -> p1 (12), 3 -> p0 (12), 2 -> p0 (14)
-    assert [[len(s) for mb in p for s in mb] for p in split] == [[9, 3, 2], [7, 5, 1]]  # 1: a filler
+    assert [[len(s) for mb in p for s in mb] for p in split] == [[9, 3, 2], [7, 5, 2]]  # the last: a filler
     assert [len(p) for p in split] == [2, 2]  # both ranks run two backward passes
     filler = distribute(samples[:1], num_processes=2, micro_batch_size=2, pad_token_id=0)[1]
-    assert filler == [[Sample([0], [0], [0.0], [0.0])]]  # fully masked: contributes no loss
+    assert filler == [[Sample([0, 0], [0, 0], [0.0, 0.0], [0.0, 0.0])]]  # fully masked: contributes no loss
 
 
 @settings(max_examples=100, deadline=None)
@@ -60,6 +60,6 @@ def test_distribute_balances_tokens_and_equalises_microbatch_counts():
 def test_distribute_keeps_every_sample_once(lengths, procs, micro):
     samples = [Sample([i] * n, [1] * n, [0.0] * n, [0.0] * n) for i, n in enumerate(lengths)]
     split = distribute(samples, procs, micro, pad_token_id=-1)
-    real = [s for p in split for mb in p for s in mb if s.input_ids != [-1]]
+    real = [s for p in split for mb in p for s in mb if s.input_ids != [-1, -1]]
     assert sorted(map(tuple, (s.input_ids for s in real))) == sorted(tuple(s.input_ids) for s in samples)
     assert len({len(p) for p in split}) == 1 and all(1 <= len(mb) <= micro for p in split for mb in p)

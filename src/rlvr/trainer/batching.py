@@ -66,7 +66,7 @@ def distribute(
     """Split samples over processes (balanced by tokens), then into micro-batches of similar lengths.
 
     Every process gets the same number of micro-batches (DDP all-reduces once per backward, so unequal
-    counts would hang); a short process is topped up with a one-token, fully masked filler sample.
+    counts would hang); a short process is topped up with a two-token (one target), fully masked filler sample.
     """
     loads = [0] * num_processes
     per_process: list[list[Sample]] = [[] for _ in range(num_processes)]
@@ -77,7 +77,7 @@ def distribute(
         loads[rank] += len(sample)
     counts = [-(-len(p) // micro_batch_size) for p in per_process]
     num_micro = max(max(counts), 1)
-    filler = Sample([pad_token_id], [0], [0.0], [0.0])
+    filler = Sample([pad_token_id] * 2, [0, 0], [0.0, 0.0], [0.0, 0.0])
     result = []
     for proc_samples in per_process:
         micro = [proc_samples[i: i + micro_batch_size] for i in range(0, len(proc_samples), micro_batch_size)]

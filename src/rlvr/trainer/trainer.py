@@ -37,10 +37,12 @@ from transformers.trainer_utils import rotate_checkpoints
 from verifiers.rl.inference.client import VLLMClient
 from verifiers.rl.trainer import RLTrainer
 from verifiers.rl.trainer.utils import (
+    entropy_from_logits,
     finalize_stat_tracker,
     init_stat_tracker,
     pad,
     prepare_peft_model,
+    selective_log_softmax,
     summarize_values,
     update_stat_tracker,
 )
@@ -202,7 +204,8 @@ class MTGRPOTrainer(RLTrainer):
         return self.dataset.select([(start + i) % n for i in range(self.prompts_per_batch)])
 
     # ---------------------------------------------------------------- generation (main process)
-    def _generate(self, batch_index: int) -> TrainBatch:
+    def generate_batch(self, batch_index: int) -> TrainBatch:
+        """Roll out batch `batch_index` on the server, score it group by group, and split it into samples."""
         args = self.args
         rows = self.batch_example_rows(batch_index)
         start = time.perf_counter()
@@ -217,7 +220,7 @@ class MTGRPOTrainer(RLTrainer):
         groups: dict[Any, list] = defaultdict(list)
         for state in states:
             groups[state["example_id"]].append(state)
-        self._loop.run_until_complete(self._score(list(groups.values())))
+        self._loop.run_until_complete(self.score_groups(list(groups.values())))
         scoring_s = time.perf_counter() - start
 
         rollouts = [rollout_samples(s["trajectory"], pack=args.pack_trajectories) for s in states]
@@ -237,7 +240,8 @@ class MTGRPOTrainer(RLTrainer):
         self._log_rollouts(batch_index, states, rollouts)
         return TrainBatch(batch_index, micro, sum(sum(s.loss_mask) for s in samples), metrics)
 
-    async def _score(self, groups: list[list]) -> None:
+    async def score_groups(self, groups: list[list]) -> None:
+        """Rewards and step["advantage"] for each group of rollouts of one prompt, in place."""
         rubric = self.env.rubric
         await asyncio.gather(*(rubric.score_group(g, score_sem=contextlib.nullcontext()) for g in groups))
         if self.turn_rubrics:
@@ -274,6 +278,10 @@ class MTGRPOTrainer(RLTrainer):
     # ---------------------------------------------------------------- weight sync
     def sync_weights(self) -> float:
         """Send the current policy to the server; returns seconds. All processes call it."""
+        verify = self.args.verify_weight_sync and self.accelerator.is_main_process
+        if verify and self._synced_at_step is not None:
+            # The same check against the server's previous weights: shows the check can tell them apart.
+            self._pending["sync/max_abs_logprob_diff_before"] = self.weight_sync_error()
         start = time.perf_counter()
         if self.sync_mode == "nccl":
             RLTrainer.update_vllm(self)  # verifiers' NCCL protocol, unchanged
@@ -284,7 +292,7 @@ class MTGRPOTrainer(RLTrainer):
         self._synced_at_step = self.state.global_step
         seconds = time.perf_counter() - start
         self._pending["timing/sync_s"] = seconds
-        if self.args.verify_weight_sync and self.accelerator.is_main_process:
+        if verify:
             self._pending["sync/max_abs_logprob_diff"] = self.weight_sync_error()
         return seconds
 
@@ -310,7 +318,7 @@ class MTGRPOTrainer(RLTrainer):
         if iteration == 0 or self._batch is None:
             if self._synced_at_step != step:
                 self.sync_weights()
-            batch = [self._generate(step // args.num_iterations) if self.accelerator.is_main_process else None]
+            batch = [self.generate_batch(step // args.num_iterations) if self.accelerator.is_main_process else None]
             broadcast_object_list(batch, from_process=0)
             self._batch = batch[0]
         batch = self._batch
@@ -330,13 +338,18 @@ class MTGRPOTrainer(RLTrainer):
                             padding_value=self.processing_class.pad_token_id)
             # From lengths, not input_ids != pad: the pad token (<|im_end|>) also ends every turn.
             attention_mask = (torch.arange(input_ids.size(1), device=device)[None] < lengths[:, None]).long()
-            loss_mask = pad([torch.tensor(s.loss_mask, device=device) for s in micro])[:, 1:].bool()
-            behavior = pad([torch.tensor(s.behavior_logprobs, device=device) for s in micro])[:, 1:]
-            advantages = pad([torch.tensor(s.advantages, device=device) for s in micro])[:, 1:]
+            # Position p predicts token p + 1: only positions whose next token is trained need logits.
+            trained = pad([torch.tensor(s.loss_mask, device=device) for s in micro])[:, 1:].bool()
+            keep = trained.any(0).nonzero().squeeze(-1)
+            if keep.numel() == 0:  # a filler micro-batch still runs forward/backward (DDP all-reduces)
+                keep = torch.zeros(1, dtype=torch.long, device=device)
+            loss_mask = trained[:, keep]
+            behavior = pad([torch.tensor(s.behavior_logprobs, device=device) for s in micro])[:, 1:][:, keep]
+            advantages = pad([torch.tensor(s.advantages, device=device) for s in micro])[:, 1:][:, keep]
             forwarded += int(lengths.sum())
 
-            logprobs, entropies = self.get_logprobs(model, input_ids, attention_mask)  # RLTrainer's
-            ref_logprobs = self._reference_logprobs(model, input_ids, attention_mask) if args.beta > 0 else None
+            logprobs, entropies = self.token_logprobs(model, input_ids, attention_mask, keep)
+            ref_logprobs = self._reference_logprobs(model, input_ids, attention_mask, keep) if args.beta > 0 else None
             terms = policy_loss(
                 logprobs, behavior, advantages, loss_type=args.loss_type,
                 epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high,
@@ -371,13 +384,22 @@ class MTGRPOTrainer(RLTrainer):
         self._pending = {}
         return total_loss
 
-    def _reference_logprobs(self, model, input_ids, attention_mask) -> torch.Tensor:
+    def token_logprobs(self, model, input_ids, attention_mask, keep) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logprobs (at the sampling temperature, as verifiers' RLTrainer.get_logprobs) and entropies of the
+        tokens after positions `keep`. The LM head runs on those positions only (`logits_to_keep`): with a
+        50k-token vocabulary it costs more than the whole small model, and prompt/env positions need none."""
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
+        logits = logits / self.temperature
+        targets = input_ids[:, keep + 1]
+        return selective_log_softmax(logits, targets), entropy_from_logits(logits.detach())
+
+    def _reference_logprobs(self, model, input_ids, attention_mask, keep) -> torch.Tensor:
         with torch.no_grad():
             if self.ref_model is not None:
-                return self.get_logprobs(self.ref_model.to(input_ids.device), input_ids, attention_mask)[0]
+                return self.token_logprobs(self.ref_model.to(input_ids.device), input_ids, attention_mask, keep)[0]
             # LoRA: the reference is the base model, i.e. the policy with its adapter switched off.
             with self.accelerator.unwrap_model(model).disable_adapter():
-                return self.get_logprobs(model, input_ids, attention_mask)[0]
+                return self.token_logprobs(model, input_ids, attention_mask, keep)[0]
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Average the buffered step metrics into the log record (RLTrainer.log without its console dump)."""

@@ -1,0 +1,124 @@
+"""MT-GRPO end to end on CPU against a real `rlvr serve` of tiny-random (our own server: training changes it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import mean
+
+import pytest
+from choice_env import load_environment
+from train_script import config
+
+from rlvr.trainer import run_training
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).resolve().parent / "train_script.py"
+# The server computes in bf16 (vLLM's CPU default), the trainer in fp32. bf16 keeps 8 significant bits, so
+# logits of magnitude ~10-30 carry ~0.05-0.1 nats of rounding (measured max 0.064 over 12 steps); a missed or
+# partial sync shows up as differences of several nats (measured 2-9 against the previous weights).
+SYNC_TOLERANCE = 0.25
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def step_records(run_dir: Path) -> list[dict]:
+    return [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
+
+
+@pytest.mark.slow
+def test_mt_grpo_raises_the_turn_reward_and_the_server_follows_every_sync(training_server, tmp_path):
+    steps = 15
+    # lr 5e-2: a random-weight policy is near-uniform over 49k tokens; only a large step concentrates mass on
+    # the rewarded first tokens within a test's budget (measured: turn-0 reward 0.5 -> 1.0 in about 10 steps).
+    cfg = config(str(tmp_path), steps, learning_rate=5e-2, verify_weight_sync=True)
+    run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
+
+    records = step_records(tmp_path)
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    turn0 = [r["turn/0/reward"] for r in records]
+    # Without learning, a step's turn-0 reward is a mean of 16 Bernoulli(p ~ 0.5) draws (std 0.125); the
+    # difference of two 3-step means has std 0.10, so a 0.25 margin is 2.5 sigma (a chance pass < 1%).
+    assert mean(turn0[-3:]) >= mean(turn0[:3]) + 0.25, turn0
+    for r in records:
+        assert r["sync/max_abs_logprob_diff"] < SYNC_TOLERANCE, r
+        assert r["train/mismatch_kl"] < 5e-3  # sampler and trainer agree on the trained tokens (k3, nats)
+    # The same check against the server's previous weights fails: it can tell old weights from new.
+    assert all(r["sync/max_abs_logprob_diff_before"] > 4 * SYNC_TOLERANCE for r in records[1:])
+    assert all(0.0 <= r["batch/packed_fraction"] <= 1.0 for r in records)
+    assert mean(r["batch/packed_fraction"] for r in records) > 0.5  # most histories are prefix-consistent
+    assert all(r["batch/forwarded_over_trajectory_tokens"] >= 1.0 for r in records)
+    for key in ("timing/generation_s", "timing/scoring_s", "timing/training_s", "timing/sync_s", "time/step_s",
+                "turn/0/advantage_std", "tools/success_rate", "turns_per_rollout", "reward/choice_reward"):
+        assert key in records[0], key
+    assert (tmp_path / "final" / "model.safetensors").is_file()
+    assert json.loads((tmp_path / "config.json").read_text())["training"]["learning_rate"] == 5e-2
+    rollouts = read_jsonl(tmp_path / "rollouts.jsonl")
+    assert [r["batch_index"] for r in rollouts] == list(range(steps))
+    assert len(rollouts[0]["example_ids"]) == 16 and rollouts[0]["rollouts"][0]["completion"]
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited with {proc.returncode} before {what}")
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_training_then_resume_takes_the_same_next_batch(training_server, tmp_path):
+    run = tmp_path / "run"
+    command = [sys.executable, str(SCRIPT), "--server", training_server.url, "--run-dir", str(run),
+               "--steps", "50", "--save-steps", "2", "--lora"]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        rollouts = run / "rollouts.jsonl"
+        # Batch 2 generated means checkpoint-2 is written and step 3 is training: kill it there.
+        wait_for(lambda: rollouts.exists() and any(r["batch_index"] == 2 for r in read_jsonl(rollouts)),
+                 600, "batch 2", proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    checkpoint = run / "checkpoint-2"
+    for name in ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth",
+                 "trainer_state.json", "rlvr_state.json"):
+        assert (checkpoint / name).is_file(), name
+    saved = json.loads((checkpoint / "rlvr_state.json").read_text())
+    killed_batch = next(r for r in read_jsonl(rollouts) if r["batch_index"] == 2)
+    assert saved["next_batch_index"] == 2 and sorted(set(saved["next_example_ids"])) == sorted(
+        set(killed_batch["example_ids"]))
+
+    cfg = config(str(run), 3, save_steps=2, lora=True, micro_batch_size=4)
+    run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url, resume=True)
+
+    resumed_batch = [r for r in read_jsonl(rollouts) if r["batch_index"] == 2][-1]
+    assert resumed_batch["step"] == 2  # continued at global step 2, not from scratch
+    assert resumed_batch["example_ids"] == killed_batch["example_ids"]  # the same prompts, in the same order
+    assert [r["step"] for r in step_records(run)] == [1, 2, 3]  # the killed step's partial log was dropped
+    assert not list(run.glob(".staging-*"))
+
+
+@pytest.mark.slow
+def test_two_process_cpu_accelerate_launch(training_server, tmp_path):
+    command = [sys.executable, "-m", "accelerate.commands.launch",
+               "--config_file", str(REPO / "configs" / "accelerate" / "cpu_ddp.yaml"),
+               str(SCRIPT), "--server", training_server.url, "--run-dir", str(tmp_path), "--steps", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two ranks on two cores
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = step_records(tmp_path)
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["batch/samples"] >= 16 for r in records)
+    assert (tmp_path / "final" / "model.safetensors").is_file()
