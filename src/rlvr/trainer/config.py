@@ -13,6 +13,8 @@ from typing import Literal
 
 from verifiers.rl.trainer import RLConfig
 
+from rlvr.credit import ESTIMATORS
+
 LOSS_TYPES = ("ppo_clip", "masked_is")
 WEIGHT_SYNC = ("auto", "nccl", "cpu")
 
@@ -30,10 +32,11 @@ def _cuda_available() -> bool:
 @dataclass
 class MTGRPOConfig(RLConfig):
     # --- credit assignment (estimators of rlvr.credit, applied by the environment's TurnRubric) ---
-    advantage_estimator: str = field(
-        default="mt_grpo",
-        metadata={"help": "rlvr.credit estimator for turn-aware rubrics (grpo, grpo_mr, mt_grpo, ms_po, ...). "
-                  "Rubrics that are not turn-aware always get outcome-only GRPO with std normalisation."},
+    advantage_estimator: str | None = field(
+        default=None,
+        metadata={"help": "rlvr.credit estimator (grpo, grpo_mr, mt_grpo, ms_po, mt_grpo_k, turn_return) set on "
+                  "the environment's TurnRubric; None keeps the environment's own. Rubrics that are not "
+                  "turn-aware always get outcome-only GRPO with std normalisation."},
     )
     turn_advantage_coef: float = field(default=1.0, metadata={"help": "MT-GRPO coefficient on the turn term."})
     discount_factor: float = field(default=1.0, metadata={"help": "gamma / alpha of the K-turn estimators."})
@@ -94,6 +97,8 @@ class MTGRPOConfig(RLConfig):
             raise ConfigError(f"weight_sync={self.weight_sync!r} is not one of {WEIGHT_SYNC}")
         if self.weight_sync == "nccl" and not _cuda_available():
             raise ConfigError("weight_sync='nccl' needs CUDA, which this machine lacks: use weight_sync='cpu' or 'auto'")
+        if self.advantage_estimator is not None and self.advantage_estimator not in ESTIMATORS:
+            raise ConfigError(f"advantage_estimator={self.advantage_estimator!r} is not one of {sorted(ESTIMATORS)}")
         if self.normalize not in ("std", "none"):
             raise ConfigError(f"normalize={self.normalize!r}: use 'std' or 'none'")
         if not (0 <= self.epsilon_low < 1 and self.epsilon_high >= 0):
@@ -118,8 +123,3 @@ class MTGRPOConfig(RLConfig):
             raise ConfigError(f"save_steps={self.save_steps} must be a multiple of num_iterations="
                               f"{self.num_iterations}: a checkpoint between two passes over one batch could "
                               "not resume that batch")
-
-    @property
-    def estimator_params(self) -> dict[str, float | str]:
-        return {"turn_advantage_coef": self.turn_advantage_coef, "discount_factor": self.discount_factor,
-                "normalize": self.normalize}

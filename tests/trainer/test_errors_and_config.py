@@ -1,0 +1,91 @@
+"""Clear errors (what, where, how to fix) and the outcome-only fallback for rubrics that are not turn-aware."""
+
+from __future__ import annotations
+
+import json
+from statistics import mean, stdev
+
+import pytest
+import verifiers as vf
+from choice_env import answer_reward, load_environment
+from datasets import Dataset
+from train_script import config
+from transformers import AutoTokenizer
+
+from rlvr.trainer import ConfigError, MTGRPOConfig, MTGRPOTrainer, ServerError
+from rlvr.trainer.sync import check_server
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(batch_size=12, rollouts_per_example=8), "not a multiple of rollouts_per_example=8"),
+    (dict(batch_size=16, rollouts_per_example=8, micro_batch_size=5), r"micro_batch_size \* processes"),
+    (dict(batch_size=16, rollouts_per_example=1), "at least 2"),
+    (dict(loss_type="ppo"), "loss_type=.ppo. is not one of"),
+    (dict(num_iterations=2, save_steps=3), "multiple of num_iterations=2"),
+    (dict(weight_sync="nccl"), "needs CUDA"),
+])
+def test_config_errors_say_what_to_change(tmp_path, kwargs, message):
+    base = dict(output_dir=str(tmp_path), batch_size=16, rollouts_per_example=8, micro_batch_size=8,
+                report_to="none")
+    with pytest.raises(ConfigError, match=message):
+        MTGRPOConfig(**{**base, **kwargs})
+
+
+def test_config_maps_max_tokens_per_turn_into_sampling_args(tmp_path):
+    cfg = config(str(tmp_path), 1, max_tokens_per_turn=7)
+    assert cfg.sampling_args["max_tokens"] == 7
+    assert cfg.sampling_args["extra_body"]["return_token_ids"] is True
+
+
+def test_unreachable_server_prints_the_command_that_starts_one(tmp_path, tiny_model):
+    with pytest.raises(ServerError, match=r"(?s)unreachable.*rlvr serve --model tiny-random --port 9"):
+        MTGRPOTrainer("tiny-random", load_environment(), config(str(tmp_path), 1),
+                      server_url="http://127.0.0.1:9")
+
+
+def test_a_different_tokenizer_is_refused(training_server, tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    assert check_server(training_server.url, "tiny-random", tokenizer) == "tiny-random"
+    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    with pytest.raises(ServerError, match="tokenises a chat differently"):
+        check_server(training_server.url, "tiny-random", tokenizer)
+
+
+def test_missing_token_ids_names_the_flag(training_server, tmp_path):
+    trainer = MTGRPOTrainer("tiny-random", load_environment(), config(str(tmp_path), 1),
+                            server_url=training_server.url)
+    trainer.args.sampling_args["extra_body"]["return_token_ids"] = False  # what a plain OpenAI server gives
+    with pytest.raises(ServerError, match="return_token_ids"):
+        trainer.generate_batch(0)
+
+
+def test_rubric_without_turns_gets_std_normalised_outcome_grpo(training_server, tmp_path):
+    dataset = Dataset.from_list([{"question": f"Say a word ({i}).", "answer": ""} for i in range(4)])
+    env = vf.SingleTurnEnv(dataset=dataset, rubric=vf.Rubric(funcs=[answer_reward]))
+    cfg = config(str(tmp_path), 1, num_logged_rollouts=16)
+    trainer = MTGRPOTrainer("tiny-random", env, cfg, server_url=training_server.url)
+    assert trainer.turn_rubrics == []
+    trainer.generate_batch(0)
+    (line,) = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    groups: dict[int, list] = {}
+    for r in line["rollouts"]:
+        groups.setdefault(r["example_id"], []).append(r)
+    for group in groups.values():
+        rewards = [r["reward"] for r in group]
+        for r in group:
+            # rlvr.credit grpo: (R - mean) / (sample std + 1e-4), not verifiers' mean-only R - mean
+            expected = (r["reward"] - mean(rewards)) / (stdev(rewards) + 1e-4)
+            assert r["turn_advantages"] == pytest.approx([expected], abs=1e-6)
+
+
+def test_unknown_estimator_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="advantage_estimator='mtgrpo'"):
+        config(str(tmp_path), 1, advantage_estimator="mtgrpo")
+
+
+def test_the_config_estimator_is_set_on_the_environments_turn_rubric(training_server, tmp_path):
+    env = load_environment()
+    cfg = config(str(tmp_path), 1, advantage_estimator="ms_po", discount_factor=0.5, normalize="none")
+    trainer = MTGRPOTrainer("tiny-random", env, cfg, server_url=training_server.url)
+    (rubric,) = trainer.turn_rubrics
+    assert rubric.estimator == "ms_po" and rubric.estimator_params == {"norm": "none", "gamma": 0.5}
