@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageToolCall
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_tool_call import Function
-from vf_triviaqa_search import load_environment
+from vf_triviaqa_search import SEARCH_FEW_SHOT, load_environment
 from vf_triviaqa_search.data import load_triviaqa_file
 from vf_triviaqa_search.protocols import NO_CALL_REPLY
 from vf_triviaqa_search.rewards import contains_alias, normalize_triviaqa, xml_tag_reward
@@ -375,3 +375,41 @@ def test_xml_tag_reward_hand_cases():
     assert xml_tag_reward([{"role": "assistant", "content": "no tags"}], parser) == 0.0
     # The mean over messages, floored at 0 (a message with many repeats can go negative on its own).
     assert xml_tag_reward(good + [{"role": "assistant", "content": "<answer>" * 5}], parser) == 0.0
+
+
+# ---- the search-tag protocol (small models) ---------------------------------------------------------------
+
+
+def search_oracle(messages):
+    """The best search-protocol policy; the prompt starts with the protocol's one-example few-shot."""
+    question = [m["content"] for m in messages if m["role"] == "user" and not m["content"].startswith("<result>")][-1]
+    fact = oracle_facts()[question]
+    turn = sum(m["role"] == "assistant" for m in messages) - 2  # the few-shot holds two assistant messages
+    return {"content": f"<search>{fact['entity']}</search>" if turn == 0 else f"<answer>{fact['answer']}</answer>"}
+
+
+def test_perfect_search_tag_policy_gets_the_maximum_reward(tmp_path):
+    env = load_environment(**WORLD, **SMALL, protocol="search", index_cache_dir=str(tmp_path))
+    out, client = run(env, search_oracle)
+    for state, reward in zip(out["state"], out["reward"], strict=True):
+        assert turn_rewards(state) == pytest.approx([0.7, 0.0])  # 0.2 tool success + 0.5 answer in the result
+        assert reward == pytest.approx(1.9)  # 0.5 contains + 1.0 exact + 0.2 format + 0.2 tags
+        assert state["completion"][1]["content"].startswith("<result>\n")
+        assert state["metrics"]["first_result_turn"] == 0
+    assert all(r["stop"] == ["</search>", "</answer>"] for r in client.requests)
+    prompt = out["prompt"][0]
+    assert prompt[2]["content"] == "<search>Velmora</search>"  # the few-shot example sits before the question
+
+
+def test_search_tag_protocol_errors_and_guessing(tmp_path):
+    env = load_environment(**WORLD, **SMALL, protocol="search", index_cache_dir=str(tmp_path))
+    first_turn = len(SEARCH_FEW_SHOT) + 2  # system + few-shot + question
+    out, _ = run(env, lambda messages: {"content": "<search> </search>" if len(messages) == first_turn else "Paris."})
+    for state in out["state"]:
+        completion = state["completion"]
+        assert completion[1]["content"] == (
+            "<result>\nError: empty search; write a name or keywords inside <search> tags\n</result>"
+        )
+        assert [m["content"] for m in completion[::2]] == ["<search> </search>", "Paris."]  # max_turns=2 ends it
+        assert turn_rewards(state) == [0.0, 0.0]  # the failed search earns no tool-execution reward
+        assert state["metrics"]["exact_match"] == 0.0

@@ -17,7 +17,15 @@ from rlvr.retrieval import BM25Retriever, load_corpus
 from rlvr.rubrics import TurnRubric
 from rlvr.rubrics.rewards import tool_execution_reward, xml_format_reward
 from vf_triviaqa_search.data import load_triviaqa_file, load_triviaqa_hf, synthetic_questions
-from vf_triviaqa_search.protocols import NativeToolEnv, XMLToolEnv, xml_parser
+from vf_triviaqa_search.protocols import (
+    SEARCH_TAGS,
+    XML_TAGS,
+    NativeToolEnv,
+    SearchTagEnv,
+    XMLToolEnv,
+    search_parser,
+    xml_parser,
+)
 from vf_triviaqa_search.rewards import (
     answer_contains_alias,
     answer_in_first_search_result,
@@ -27,7 +35,7 @@ from vf_triviaqa_search.rewards import (
 from vf_triviaqa_search.search import make_wiki_search
 
 DATASETS = ("synthetic", "hf", "jsonl")
-PROTOCOLS = ("xml", "native")
+PROTOCOLS = ("xml", "native", "search")
 
 XML_PROMPT = """\
 Answer the question. You can search Wikipedia with this tool:
@@ -49,6 +57,19 @@ Answer the question. Search Wikipedia with the wiki_search tool.
 {steps}
 Think inside <reasoning> tags, then give only the answer (a name, place, year or short phrase) inside
 <answer> tags."""
+
+
+SEARCH_PROMPT = """\
+Answer the question. You can search an encyclopedia: write <search>a name or keywords</search> and the
+result comes back inside <result> tags. {steps} Give only the answer inside <answer> tags."""
+
+# One worked exchange about an entity that is not in any world: small models copy the format from it.
+SEARCH_FEW_SHOT = [
+    {"role": "user", "content": "What is the capital of Velmora?"},
+    {"role": "assistant", "content": "<search>Velmora</search>"},
+    {"role": "user", "content": "<result>\nVelmora is a country. The capital of Velmora is Ostrikan.\n</result>"},
+    {"role": "assistant", "content": "<answer>Ostrikan</answer>"},
+]
 
 
 def _steps(max_turns: int) -> str:
@@ -140,18 +161,23 @@ def load_environment(
     # Rewards of the MT-GRPO paper (Multi-Turn-RL-Agent verifiers/examples/triviaqa_search.py and
     # verifiers/rubrics/triviaqa_tool_rubric.py): turn = tool execution 0.2 x successful/attempted + answer in
     # the search result 0.5; outcome = alias in answer 0.5 + exact match 1.0 + 0.2 x format + 0.2 x XML tags.
-    parser = xml_parser() if protocol == "xml" else vf.XMLParser(fields=["reasoning", "answer"])
+    parser = {"xml": xml_parser, "native": lambda: vf.XMLParser(fields=["reasoning", "answer"]),
+              "search": search_parser}[protocol]()
+    tool_tag, tags = ("search", SEARCH_TAGS) if protocol == "search" else ("tool", XML_TAGS)
     rubric = TurnRubric(
-        turn_funcs=[partial(tool_execution_reward, scale=1.0), answer_in_first_search_result],
+        turn_funcs=[partial(tool_execution_reward, scale=1.0, tool_tag=tool_tag), answer_in_first_search_result],
         turn_weights=[0.2, 0.5],
-        outcome_funcs=[answer_contains_alias, exact_match, xml_format_reward, xml_tag_reward],
+        outcome_funcs=[answer_contains_alias, exact_match, xml_format_reward, partial(xml_tag_reward, tags=tags)],
         outcome_weights=[0.5, 1.0, 0.2, 0.2],
         estimator=estimator,
         estimator_params=estimator_params or {},
         parser=parser,
     )
 
-    env_cls, prompt = (XMLToolEnv, XML_PROMPT) if protocol == "xml" else (NativeToolEnv, NATIVE_PROMPT)
+    env_cls, prompt = {"xml": (XMLToolEnv, XML_PROMPT), "native": (NativeToolEnv, NATIVE_PROMPT),
+                       "search": (SearchTagEnv, SEARCH_PROMPT)}[protocol]
+    if protocol == "search":
+        kwargs.setdefault("few_shot", SEARCH_FEW_SHOT)
     return env_cls(
         tools=[wiki_search],
         max_turns=max_turns,

@@ -67,7 +67,7 @@ def answer_in_first_search_result(env_reply, info, step, prompt, **kwargs) -> fl
     return float(bool(results) and contains_alias("\n".join(results), info["aliases"]))
 
 
-def xml_tag_reward(completion, parser: vf.Parser, **kwargs) -> float:
+def xml_tag_reward(completion, parser: vf.Parser, tags: tuple[str, ...] = XML_TAGS, **kwargs) -> float:
     """Mean over assistant messages of how well each used tag appears exactly once, opened and closed.
 
     The original XMLParser.get_xml_reward_func (Multi-Turn-RL-Agent, verifiers/parsers/xml_parser.py): per
@@ -79,7 +79,7 @@ def xml_tag_reward(completion, parser: vf.Parser, **kwargs) -> float:
         content = str(msg.get("content") or "")
         checks = [
             1 - abs(content.count(tag) - 1)
-            for name in XML_TAGS
+            for name in tags
             if f"<{name}>" in content or f"</{name}>" in content
             for tag in (f"<{name}>", f"</{name}>")
         ]
