@@ -1,5 +1,6 @@
 """A rollout server of our own for the training tests: training changes its weights, and the shared session
-servers must keep theirs."""
+servers must keep theirs. fp32, like the trainer on CPU (vLLM's CPU default is bf16), so that the server's
+logprobs can be compared with the trainer's to float32 rounding."""
 
 import pytest
 
@@ -8,7 +9,5 @@ from rlvr.serve import launch
 
 @pytest.fixture(scope="session")
 def training_server(tiny_model):
-    # vLLM's CPU default dtype (bf16). With --dtype float32 the CPU weight reload leaves the served logprobs
-    # unchanged (measured: diff after sync == diff before); reported to the serve owner.
-    with launch(model="tiny-random") as server:
+    with launch(model="tiny-random", extra_args=["--dtype", "float32"]) as server:
         yield server

@@ -52,11 +52,10 @@ def test_a_different_tokenizer_is_refused(training_server, tiny_model):
 
 
 def test_missing_token_ids_names_the_flag(training_server, tmp_path):
-    trainer = MTGRPOTrainer("tiny-random", load_environment(), config(str(tmp_path), 1),
-                            server_url=training_server.url)
-    trainer.args.sampling_args["extra_body"]["return_token_ids"] = False  # what a plain OpenAI server gives
+    cfg = config(str(tmp_path), 1)
+    cfg.sampling_args["extra_body"]["return_token_ids"] = False  # the server then answers without token ids
     with pytest.raises(ServerError, match="return_token_ids"):
-        trainer.generate_batch(0)
+        MTGRPOTrainer("tiny-random", load_environment(), cfg, server_url=training_server.url)
 
 
 def test_rubric_without_turns_gets_std_normalised_outcome_grpo(training_server, tmp_path):

@@ -19,10 +19,10 @@ from rlvr.trainer import run_training
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "train_script.py"
-# The server computes in bf16 (vLLM's CPU default), the trainer in fp32. bf16 keeps 8 significant bits, so
-# logits of magnitude ~10-30 carry ~0.05-0.1 nats of rounding (measured max 0.064 over 12 steps); a missed or
-# partial sync shows up as differences of several nats (measured 2-9 against the previous weights).
-SYNC_TOLERANCE = 0.25
+# fp32 server and fp32 trainer: the same weights give the same logprobs up to float32 rounding in two different
+# kernels (vLLM's CPU attention and GEMMs vs. torch), measured ~1e-6 nats on this 2-layer model before training;
+# 1e-3 leaves room for logits that grow during training. A missed or partial sync shows up as several nats.
+SYNC_TOLERANCE = 1e-3
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -49,9 +49,9 @@ def test_mt_grpo_raises_the_turn_reward_and_the_server_follows_every_sync(traini
     assert mean(turn0[-3:]) >= mean(turn0[:3]) + 0.25, turn0
     for r in records:
         assert r["sync/max_abs_logprob_diff"] < SYNC_TOLERANCE, r
-        assert r["train/mismatch_kl"] < 5e-3  # sampler and trainer agree on the trained tokens (k3, nats)
-    # The same check against the server's previous weights fails: it can tell old weights from new.
-    assert all(r["sync/max_abs_logprob_diff_before"] > 4 * SYNC_TOLERANCE for r in records[1:])
+        assert r["train/mismatch_kl"] < 1e-6  # sampler and trainer agree on every trained token (k3, nats)
+    # The same check against the server's previous weights fails by orders of magnitude: it can tell.
+    assert all(r["sync/max_abs_logprob_diff_before"] > 100 * SYNC_TOLERANCE for r in records[1:])
     assert all(0.0 <= r["batch/packed_fraction"] <= 1.0 for r in records)
     assert mean(r["batch/packed_fraction"] for r in records) > 0.5  # most histories are prefix-consistent
     assert all(r["batch/forwarded_over_trajectory_tokens"] >= 1.0 for r in records)

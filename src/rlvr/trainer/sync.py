@@ -54,6 +54,24 @@ def check_server(url: str, model: str, tokenizer, timeout: float = 10.0) -> str:
     return name
 
 
+def check_token_ids(url: str, model: str, sampling_args: dict, timeout: float = 60.0) -> None:
+    """One 1-token request with the training sampling args: the answer must carry token ids and logprobs.
+
+    Without them verifiers' parse_response_tokens either returns None (the trainer would train on nothing) or
+    fails deep inside a rollout; here the cause is named before any generation.
+    """
+    root = url.rstrip("/").removesuffix("/v1")
+    body = {k: v for k, v in sampling_args.items() if k != "extra_body"}
+    body.update(sampling_args.get("extra_body") or {})
+    body.update(model=model, max_tokens=1, messages=[{"role": "user", "content": "Hi"}])
+    response = httpx.post(f"{root}/v1/chat/completions", json=body, timeout=timeout)
+    response.raise_for_status()
+    answer = response.json()
+    choice = answer["choices"][0]
+    if not answer.get("prompt_token_ids") or not choice.get("token_ids") or not choice.get("logprobs"):
+        raise missing_token_ids_error(root)
+
+
 def missing_token_ids_error(url: str) -> ServerError:
     return ServerError(
         f"the rollout server at {url} returned no token ids or logprobs, so there is nothing to train on. "
@@ -66,19 +84,21 @@ def missing_token_ids_error(url: str) -> ServerError:
 def policy_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The weights vLLM should serve, under checkpoint names: LoRA merged into the base weights.
 
-    Name mapping as in verifiers' RLTrainer.update_vllm (verifiers/rl/trainer/trainer.py). Tensors are cloned:
-    under LoRA they must outlive `unmerge_adapter`, and tied weights must not share storage (safetensors).
+    `state_dict()`, not `named_parameters()`: the latter lists a tied lm_head only once (as the embedding), and a
+    server that keeps lm_head as its own tensor (vLLM on CPU in fp32) would keep serving the old one. Name mapping
+    as in verifiers' RLTrainer.update_vllm (verifiers/rl/trainer/trainer.py). Tensors are cloned: under LoRA they
+    must outlive `unmerge_adapter`.
     """
     if not is_peft_model(model):
-        return {name: p.detach().clone() for name, p in model.named_parameters()}
+        return {name: t.detach().clone() for name, t in model.state_dict().items()}
     state: dict[str, torch.Tensor] = {}
     model.merge_adapter()
     try:
-        for name, param in model.named_parameters():
+        for name, tensor in model.state_dict().items():
             name = name.removeprefix("base_model.model.").replace(".base_layer", "")
             if model.prefix in name or "original_module" in name:
                 continue  # the LoRA factors themselves, and modules_to_save's frozen originals
-            state[name.replace("modules_to_save.default.", "")] = param.detach().clone()
+            state[name.replace("modules_to_save.default.", "")] = tensor.detach().clone()
     finally:
         model.unmerge_adapter()
     return state

@@ -62,7 +62,13 @@ from rlvr.trainer.metrics import (
     rollout_metrics,
     write_json_atomic,
 )
-from rlvr.trainer.sync import check_server, missing_token_ids_error, policy_state_dict, server_prompt_logprobs
+from rlvr.trainer.sync import (
+    check_server,
+    check_token_ids,
+    missing_token_ids_error,
+    policy_state_dict,
+    server_prompt_logprobs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +186,7 @@ class MTGRPOTrainer(RLTrainer):
                 server_url = f"http://{args.vllm_server_host}:{args.vllm_server_port}"
             self.server_url = server_url.rstrip("/").removesuffix("/v1")
             self.served_model = check_server(self.server_url, model_name, tokenizer)
+            check_token_ids(self.server_url, self.served_model, args.sampling_args)
             self._loop = asyncio.new_event_loop()
             self._openai = AsyncOpenAI(
                 base_url=f"{self.server_url}/v1", api_key="EMPTY",

@@ -1,0 +1,31 @@
+"""SmolLM2-135M: one MT-GRPO step on a real environment package (vf-gsm8k-code), end to end on CPU."""
+
+import json
+
+import pytest
+import vf_gsm8k_code
+
+from rlvr.serve import launch
+from rlvr.trainer import MTGRPOConfig, run_training
+
+
+@pytest.mark.slow
+def test_one_mt_grpo_step_with_smollm2_on_gsm8k_code(smol_model, tmp_path):
+    env = vf_gsm8k_code.load_environment(num_train_examples=8, num_eval_examples=2, max_turns=2)
+    config = MTGRPOConfig(
+        output_dir=str(tmp_path), max_steps=1, save_steps=1, seed=0, learning_rate=1e-5,
+        batch_size=4, rollouts_per_example=2, micro_batch_size=2, max_tokens_per_turn=32, max_seq_len=1024,
+        use_lora=True, lora_rank=8, report_to="none", logging_steps=1, progress=False, verify_weight_sync=True,
+    )
+    # Our own server: the step syncs weights into it (the shared smol_server must keep its weights).
+    with launch(model="smollm2-135m", extra_args=["--dtype", "float32"]) as server:
+        run_training(env, "smollm2-135m", config, server_url=server.url)
+
+    (record,) = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    assert record["batch/samples"] >= 4 and record["tokens/generated"] > 0
+    assert record["turns_per_rollout"] >= 1 and "reward/correct_answer_reward" in record
+    assert record["train/mismatch_kl"] < 1e-3  # the served model is the trained model
+    # fp32 on both sides; 30 layers accumulate more rounding than tiny-random's 2 (tolerance 1e-2 nats).
+    assert record["sync/max_abs_logprob_diff"] < 1e-2
+    assert (tmp_path / "checkpoint-1" / "adapter_model.safetensors").is_file()
+    assert (tmp_path / "final" / "adapter_model.safetensors").is_file()
