@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rlvr.cli import analyze, env, evaluate, models, serve
+from rlvr.cli import analyze, env, evaluate, models, serve, train
 
 app = typer.Typer(
     name="rlvr",
@@ -17,6 +17,7 @@ app.command("serve", context_settings=serve.PASSTHROUGH)(serve.serve)
 app.add_typer(env.app, name="env")
 evaluate.register(app)
 analyze.register(app)
+train.register(app)
 
 
 def main() -> None:
