@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from safetensors.torch import load
+from safetensors.torch import load, load_file
 
-from rlvr.serve.client import CPUWeightSyncClient, serialize_state_dict
+from rlvr.serve.client import (
+    CPUWeightSyncClient,
+    prepare_state_dict,
+    serialize_state_dict,
+    write_weights_file,
+)
 from rlvr.serve.server import (
     ADMIN_HEADER,
     ADMIN_PATHS,
     AdminTokenMiddleware,
     ServeError,
+    WeightsPathError,
     is_loopback,
     parse_args,
     vllm_argv,
+    weights_file,
 )
 
 
@@ -77,6 +86,7 @@ def test_vllm_argv_cpu_defaults_and_passthrough_wins():
     ]
     assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(2 * 2**30)
     assert argv[argv.index("--tool-call-parser") + 1] == "hermes"
+    assert argv[argv.index("--logprobs-mode") + 1] == "processed_logprobs"  # the sampled distribution's
     # The user's --no-enforce-eager comes after rlvr's --enforce-eager, so argparse keeps the user's.
     assert argv.index("--no-enforce-eager") > argv.index("--enforce-eager")
     assert argv[-2:] == ["--seed", "3"]
@@ -113,7 +123,12 @@ def test_middleware_guards_admin_paths_only():
     assert call_middleware("/rlvr/update_weights", {ADMIN_HEADER: "tok"}) == 200
     assert call_middleware("/rlvr/update_weights", {ADMIN_HEADER: "to"}) == 403
     assert call_middleware("/v1/chat/completions", {}) == 200
-    assert {"/update_named_param", "/init_communicator", "/reset_prefix_cache"} <= ADMIN_PATHS
+    assert {
+        "/rlvr/update_weights_from_path",
+        "/update_named_param",
+        "/init_communicator",
+        "/reset_prefix_cache",
+    } <= ADMIN_PATHS
 
 
 def test_serialize_clones_tied_weights_and_round_trips():
@@ -150,3 +165,67 @@ def test_serialize_round_trips_any_state_dict(shapes, dtype, tie):
     assert all(
         torch.equal(loaded[name], tensor) and loaded[name].dtype == dtype for name, tensor in state.items()
     )
+
+
+def test_client_transport_auto_is_file_on_loopback_only():
+    assert CPUWeightSyncClient("http://127.0.0.1:8000/v1").transport == "file"
+    assert CPUWeightSyncClient("http://localhost:8000").transport == "file"
+    assert CPUWeightSyncClient("http://[::1]:8000").transport == "file"
+    assert CPUWeightSyncClient("http://10.1.2.3:8000").transport == "http"
+    assert CPUWeightSyncClient("http://127.0.0.1:8000", transport="http").transport == "http"
+    with pytest.raises(ValueError, match="transport must be one of"):
+        CPUWeightSyncClient("http://127.0.0.1:8000", transport="shm")
+
+
+def test_write_weights_file_makes_a_private_directory_with_the_whole_state(tmp_path):
+    embed = torch.randn(10, 4)
+    state = {"model.embed_tokens.weight": embed, "lm_head.weight": embed}
+    path = write_weights_file(prepare_state_dict(state), tmp_path)
+    assert path.parent.parent == tmp_path and path.parent.name.startswith("rlvr-weights-")
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert os.listdir(path.parent) == [path.name]  # the partial file was renamed, not left behind
+    loaded = load_file(path)
+    assert all(torch.equal(loaded[name], tensor) for name, tensor in state.items())
+    # The server accepts exactly what the client writes.
+    assert weights_file(str(path), [tmp_path]) == path.resolve()
+
+
+def test_weights_file_refuses_paths_outside_the_allowed_roots(tmp_path):
+    root, other = tmp_path / "root", tmp_path / "other"
+    root.mkdir()
+    other.mkdir()
+    good = write_weights_file({"w": torch.zeros(1)}, root)
+    stray = write_weights_file({"w": torch.zeros(1)}, other)
+    loose = root / "loose.safetensors"  # in the root, but not in an rlvr-weights-* directory
+    loose.write_bytes(good.read_bytes())
+    link = good.parent / "link.safetensors"
+    link.symlink_to(stray)
+    nested = good.parent / "rlvr-weights-nested"  # one level too deep
+    nested.mkdir(mode=0o700)
+    (nested / "w.safetensors").write_bytes(good.read_bytes())
+    for path, reason, message in [
+        (stray, "not_allowed", "outside the directories"),
+        (link, "not_allowed", "outside the directories"),
+        (good.parent / ".." / ".." / "other" / stray.parent.name / stray.name, "not_allowed", "outside"),
+        (loose, "not_allowed", "outside the directories"),
+        (nested / "w.safetensors", "not_allowed", "outside the directories"),
+        (Path("/etc/passwd"), "not_allowed", "outside the directories"),
+        (root / "rlvr-weights-missing" / "w.safetensors", "not_found", "same machine"),
+        (nested, "bad_request", "not a regular file"),  # a directory where the file should be
+        ("relative/w.safetensors", "bad_request", "absolute"),
+        (None, "bad_request", "absolute"),
+    ]:
+        with pytest.raises(WeightsPathError, match=message) as caught:
+            weights_file(str(path) if isinstance(path, Path) else path, [root])
+        assert caught.value.reason == reason, path
+    # A directory that others may write to could have its file swapped after the check.
+    good.parent.chmod(0o777)
+    with pytest.raises(WeightsPathError, match="writable by it alone"):
+        weights_file(str(good), [root])
+
+
+def test_allow_weights_dir_must_exist(tmp_path):
+    options, passthrough = parse_args(["--model", "tiny-random", "--allow-weights-dir", str(tmp_path)])
+    assert options.weights_dirs == (tmp_path,) and passthrough == []
+    with pytest.raises(ServeError, match="--allow-weights-dir"):
+        parse_args(["--model", "tiny-random", "--allow-weights-dir", str(tmp_path / "missing")])

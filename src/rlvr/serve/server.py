@@ -7,7 +7,9 @@ The server is vLLM's own (same app, same routes, same engine); rlvr adds routes 
   ``POST /init_communicator``, ``/update_named_param``, ``/reset_prefix_cache``, ``/get_num_background_tasks``,
   ``/close_communicator``. ``GET /health`` is vLLM's own (200 while the engine is alive), as in verifiers' server.
 - ``POST /rlvr/update_weights``: the CPU transport. The body is a safetensors file (checkpoint names); every worker
-  reloads from it (``rlvr.serve.worker``). ``rlvr.serve.CPUWeightSyncClient`` sends it.
+  reloads from it (``rlvr.serve.worker``). ``rlvr.serve.CPUWeightSyncClient`` sends it to a remote server.
+- ``POST /rlvr/update_weights_from_path``: the same load from a file that a trainer on this machine wrote,
+  ``{"path": ...}``; only files in a private ``rlvr-weights-*`` directory of an allowed root (`weights_file`).
 
 No request mixes old and new weights: an update pauses the scheduler in vLLM's ``"wait"`` mode (running requests
 finish on the old weights, new ones queue), loads, drops the prefix cache (its KV entries were computed with the
@@ -39,12 +41,16 @@ ADMIN_HEADER = "X-RLVR-Admin-Token"
 ADMIN_TOKEN_ENV = "RLVR_ADMIN_TOKEN"
 WORKER_EXTENSION = "rlvr.serve.worker.WeightSyncWorkerExtension"
 CPU_UPDATE_PATH = "/rlvr/update_weights"
+CPU_UPDATE_FROM_PATH = "/rlvr/update_weights_from_path"
+# The file transport's per-update directories are named rlvr-weights-<uuid> (CPUWeightSyncClient creates them).
+WEIGHTS_DIR_PREFIX = "rlvr-weights-"
 NCCL_PATHS = ("/init_communicator", "/update_named_param", "/close_communicator")
 # Routes that change weights or engine state. Without a loopback bind they need the admin token. The vLLM ones
 # are only mounted in some configurations (dev mode, runtime LoRA, elastic EP); guarding an absent path is harmless.
 ADMIN_PATHS = frozenset(
     {
         CPU_UPDATE_PATH,
+        CPU_UPDATE_FROM_PATH,
         *NCCL_PATHS,
         "/reset_prefix_cache",
         "/reset_mm_cache",
@@ -88,6 +94,8 @@ class ServeOptions:
     kv_cache_gb: float | None
     admin_token: str | None
     log_file: Path | None
+    # Extra roots for the file transport, on top of `default_weights_roots()`.
+    weights_dirs: tuple[Path, ...] = ()
 
 
 def is_loopback(host: str | None) -> bool:
@@ -173,6 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"token for weight-changing endpoints, required when --host is not loopback (or ${ADMIN_TOKEN_ENV})",
     )
     parser.add_argument("--log-file", type=Path, default=None, help="also write the server log to this file")
+    parser.add_argument(
+        "--allow-weights-dir",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory (e.g. a tmpfs) in which trainers on this machine may leave weight files for "
+        f"{CPU_UPDATE_FROM_PATH}, besides /dev/shm and the system temp dir (repeatable)",
+    )
     return parser
 
 
@@ -188,7 +205,11 @@ def parse_args(argv: list[str]) -> tuple[ServeOptions, list[str]]:
         kv_cache_gb=known.kv_cache_gb,
         admin_token=known.admin_token or os.environ.get(ADMIN_TOKEN_ENV) or None,
         log_file=known.log_file,
+        weights_dirs=tuple(known.allow_weights_dir),
     )
+    for directory in options.weights_dirs:
+        if not directory.is_dir():
+            raise ServeError(f"--allow-weights-dir {directory}: not an existing directory")
     if not is_loopback(options.host) and not options.admin_token:
         raise ServeError(
             f"--host {options.host!r} is not a loopback address, so anyone who can reach it could change the "
@@ -224,6 +245,9 @@ def vllm_argv(
     if on_cpu:
         # CPU start-up: ~45 s eager, ~2.5 min with torch.compile (docs/ARCHITECTURE.md section 1).
         argv.append("--enforce-eager")
+    # RL needs the logprobs of the distribution actually sampled (after temperature): the trainer's importance
+    # ratio divides by them. vLLM's default returns the raw model's logprobs, which differ whenever temperature != 1.
+    argv += ["--logprobs-mode", "processed_logprobs"]
     if tools:
         # The rlvr models carry a Hermes-style tool chat template (rlvr.models.TOOL_CHAT_TEMPLATE).
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
@@ -258,6 +282,62 @@ def logging_config(log_file: Path) -> dict:
     }
 
 
+def default_weights_roots() -> list[Path]:
+    """Where the file transport's directories may live: /dev/shm (RAM-backed, when present) and the temp dir."""
+    shm = [Path("/dev/shm")] if os.path.isdir("/dev/shm") else []
+    return [*shm, Path(tempfile.gettempdir())]
+
+
+class WeightsPathError(ValueError):
+    """A path given to the file transport that the server will not load; `reason` lets a client fall back."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def weights_file(path: Any, roots: list[Path]) -> Path:
+    """The file to load for `POST /rlvr/update_weights_from_path`, or WeightsPathError saying why not.
+
+    Any local process may reach a loopback server without a token, so the route must not become a way to make
+    the server read arbitrary files: the path, with symlinks resolved, must be `<root>/rlvr-weights-*/<file>`
+    for an allowed root, and that directory must belong to the server's user and be writable by it alone (as
+    `os.mkdir(dir, 0o700)` makes it), so nobody else can swap the file between this check and the load.
+    """
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise WeightsPathError(
+            f'{CPU_UPDATE_FROM_PATH} needs JSON {{"path": "/absolute/path.safetensors"}}, got path={path!r}',
+            "bad_request",
+        )
+    try:
+        resolved = Path(path).resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise WeightsPathError(
+            f"{path} cannot be read by the server ({type(exc).__name__}: {exc}); the file transport needs "
+            "trainer and server on the same machine and filesystem: use transport='http' otherwise",
+            "not_found",
+        ) from None
+    allowed = {root.resolve() for root in roots}
+    directory = resolved.parent
+    if not (directory.name.startswith(WEIGHTS_DIR_PREFIX) and directory.parent in allowed):
+        raise WeightsPathError(
+            f"{path} (resolved: {resolved}) is outside the directories this server loads weights from: the file "
+            f"must be in a {WEIGHTS_DIR_PREFIX}* directory directly under one of "
+            f"{', '.join(sorted(map(str, allowed)))} (add a root with rlvr serve --allow-weights-dir DIR)",
+            "not_allowed",
+        )
+    info = directory.stat()
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise WeightsPathError(
+            f"{directory} must belong to the server's user (uid {os.geteuid()}) and be writable by it alone "
+            f"(owner uid {info.st_uid}, mode {oct(info.st_mode & 0o777)}): create it with os.mkdir(path, 0o700)",
+            "not_allowed",
+        )
+    if not resolved.is_file():
+        raise WeightsPathError(f"{resolved} is not a regular file", "bad_request")
+    return resolved
+
+
 class WeightUpdateGate:
     """Pauses generation around a weight update so that no request sees two sets of weights.
 
@@ -288,14 +368,20 @@ class WeightUpdateGate:
                 self._paused = False
 
 
-def _error(status: int, message: str):
+def _error(status: int, message: str, **extra: str):
     from fastapi.responses import JSONResponse
 
-    return JSONResponse({"error": message}, status_code=status)
+    return JSONResponse({"error": message, **extra}, status_code=status)
 
 
 def add_weight_sync_routes(
-    app: Any, engine: Any, args: argparse.Namespace, *, on_cpu: bool, weights_dir: Path
+    app: Any,
+    engine: Any,
+    args: argparse.Namespace,
+    *,
+    on_cpu: bool,
+    weights_dir: Path,
+    weights_roots: list[Path],
 ) -> None:
     gate = WeightUpdateGate(engine)
     cpu_update_lock = asyncio.Lock()
@@ -365,44 +451,35 @@ def add_weight_sync_routes(
         await engine.collective_rpc("close_communicator")
         return {"status": "ok"}
 
-    @app.post(CPU_UPDATE_PATH)
-    async def update_weights(request: Request):
+    async def load_weights_file(path: Path, source: str):
+        """Pause, load `path` into every worker, resume; the caller holds `cpu_update_lock`."""
         from safetensors import SafetensorError, safe_open
 
-        async with cpu_update_lock:
-            fd, name = tempfile.mkstemp(suffix=".safetensors", dir=weights_dir)
-            path = Path(name)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    async for chunk in request.stream():
-                        f.write(chunk)
-                try:
-                    with safe_open(str(path), framework="pt") as f:
-                        num_tensors = len(list(f.keys()))
-                except (SafetensorError, OSError) as exc:
-                    return _error(
-                        400,
-                        f"the body of POST {CPU_UPDATE_PATH} must be a safetensors file of the model's state dict "
-                        f"(checkpoint names, as safetensors.torch.save writes it): {exc}",
-                    )
-                if num_tensors == 0:
-                    return _error(400, f"POST {CPU_UPDATE_PATH} got a safetensors file with no tensors")
-                start = time.perf_counter()
-                await gate.pause()
-                try:
-                    await engine.collective_rpc("reload_weights_from_file", args=(str(path),))
-                except Exception as exc:
-                    logger.exception("weight update failed")
-                    return _error(
-                        500,
-                        f"loading the new weights failed ({type(exc).__name__}: {exc}); the engine may hold a mix "
-                        "of old and new weights: send a complete state dict again",
-                    )
-                finally:
-                    await gate.resume()
-                seconds = time.perf_counter() - start
-            finally:
-                path.unlink(missing_ok=True)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                num_tensors = len(list(f.keys()))
+        except (SafetensorError, OSError) as exc:
+            return _error(
+                400,
+                f"{source} must be a safetensors file of the model's state dict "
+                f"(checkpoint names, as safetensors.torch.save writes it): {exc}",
+            )
+        if num_tensors == 0:
+            return _error(400, f"{source} is a safetensors file with no tensors")
+        start = time.perf_counter()
+        await gate.pause()
+        try:
+            await engine.collective_rpc("reload_weights_from_file", args=(str(path),))
+        except Exception as exc:
+            logger.exception("weight update failed")
+            return _error(
+                500,
+                f"loading the new weights failed ({type(exc).__name__}: {exc}); the engine may hold a mix "
+                "of old and new weights: send a complete state dict again",
+            )
+        finally:
+            await gate.resume()
+        seconds = time.perf_counter() - start
         logger.info("weights updated: %d tensors in %.3f s (version %d)", num_tensors, seconds, gate.version)
         return {
             "status": "ok",
@@ -410,6 +487,33 @@ def add_weight_sync_routes(
             "load_seconds": seconds,
             "weight_version": gate.version,
         }
+
+    @app.post(CPU_UPDATE_PATH)
+    async def update_weights(request: Request):
+        async with cpu_update_lock:
+            fd, name = tempfile.mkstemp(suffix=".safetensors", dir=weights_dir)
+            path = Path(name)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    async for chunk in request.stream():
+                        f.write(chunk)
+                return await load_weights_file(path, f"the body of POST {CPU_UPDATE_PATH}")
+            finally:
+                path.unlink(missing_ok=True)
+
+    @app.post(CPU_UPDATE_FROM_PATH)
+    async def update_weights_from_path(request: Request):
+        try:
+            given = (await request.json())["path"]
+        except (ValueError, KeyError, TypeError):
+            given = None
+        try:
+            path = weights_file(given, weights_roots)
+        except WeightsPathError as exc:
+            return _error(400, str(exc), reason=exc.reason)
+        # The trainer deletes the file once this answers.
+        async with cpu_update_lock:
+            return await load_weights_file(path, str(path))
 
 
 async def run_server(args: argparse.Namespace, options: ServeOptions, *, on_cpu: bool) -> None:
@@ -431,11 +535,18 @@ async def run_server(args: argparse.Namespace, options: ServeOptions, *, on_cpu:
     weights_root = (
         "/dev/shm" if os.path.isdir("/dev/shm") else None
     )  # RAM-backed: the file only lives for a load
-    with tempfile.TemporaryDirectory(prefix="rlvr-weights-", dir=weights_root) as weights_dir:
+    with tempfile.TemporaryDirectory(prefix="rlvr-upload-", dir=weights_root) as weights_dir:
         async with build_async_engine_client(args) as engine:
             supported_tasks = await engine.get_supported_tasks()
             app = build_app(args, supported_tasks, engine.model_config)
-            add_weight_sync_routes(app, engine, args, on_cpu=on_cpu, weights_dir=Path(weights_dir))
+            add_weight_sync_routes(
+                app,
+                engine,
+                args,
+                on_cpu=on_cpu,
+                weights_dir=Path(weights_dir),
+                weights_roots=[*default_weights_roots(), *options.weights_dirs],
+            )
             if options.admin_token is not None and not (args.uds or is_loopback(args.host)):
                 # build_app has already built the middleware stack (the SageMaker bootstrap does), so
                 # app.add_middleware refuses; insert outermost and rebuild, as that bootstrap itself does
