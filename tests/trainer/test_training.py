@@ -122,3 +122,17 @@ def test_two_process_cpu_accelerate_launch(training_server, tmp_path):
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["batch/samples"] >= 16 for r in records)
     assert (tmp_path / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora, loss_type", [(True, "ppo_clip"), (False, "masked_is")])
+def test_kl_to_the_reference_and_two_iterations_per_batch(training_server, tmp_path, lora, loss_type):
+    # The reference: the adapter-disabled model under LoRA, a frozen copy of the initial weights otherwise.
+    cfg = config(str(tmp_path), 2, lora=lora, loss_type=loss_type, beta=0.1, num_iterations=2, save_steps=2)
+    run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
+    first, second = step_records(tmp_path)
+    assert first["iteration"] == 0 and second["iteration"] == 1
+    assert first["train/kl"] == pytest.approx(0.0, abs=1e-9)  # policy == reference before any update
+    assert second["train/kl"] > 0.0  # one optimizer step later they differ
+    assert "timing/generation_s" in first and "timing/generation_s" not in second  # one batch, two passes
+    assert len(read_jsonl(tmp_path / "rollouts.jsonl")) == 1

@@ -149,10 +149,10 @@ class MTGRPOTrainer(RLTrainer):
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
-        # Attributes RLTrainer's inherited methods read (get_logprobs, update_vllm, log_metrics, dataloader).
-        self.batch_size, self.max_steps, self.max_seq_len = args.batch_size, args.max_steps, args.max_seq_len
-        self.temperature = args.temperature
-        self.mask_ratio_low, self.mask_ratio_high = args.mask_ratio_low, args.mask_ratio_high
+        if self.ref_model is not None:
+            self.ref_model.to(self.args.device)
+        # Attributes that RLTrainer's inherited methods read (get_train_dataloader, update_vllm, log_metrics).
+        self.max_steps = args.max_steps
         self.orchestrator = None
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
 
@@ -396,14 +396,14 @@ class MTGRPOTrainer(RLTrainer):
         tokens after positions `keep`. The LM head runs on those positions only (`logits_to_keep`): with a
         50k-token vocabulary it costs more than the whole small model, and prompt/env positions need none."""
         logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep).logits
-        logits = logits / self.temperature
+        logits = logits / self.args.temperature
         targets = input_ids[:, keep + 1]
         return selective_log_softmax(logits, targets), entropy_from_logits(logits.detach())
 
     def _reference_logprobs(self, model, input_ids, attention_mask, keep) -> torch.Tensor:
         with torch.no_grad():
             if self.ref_model is not None:
-                return self.token_logprobs(self.ref_model.to(input_ids.device), input_ids, attention_mask, keep)[0]
+                return self.token_logprobs(self.ref_model, input_ids, attention_mask, keep)[0]
             # LoRA: the reference is the base model, i.e. the policy with its adapter switched off.
             with self.accelerator.unwrap_model(model).disable_adapter():
                 return self.token_logprobs(model, input_ids, attention_mask, keep)[0]
