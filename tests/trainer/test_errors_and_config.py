@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from statistics import mean, stdev
 
 import pytest
@@ -88,3 +89,11 @@ def test_the_config_estimator_is_set_on_the_environments_turn_rubric(training_se
     trainer = MTGRPOTrainer("tiny-random", env, cfg, server_url=training_server.url)
     (rubric,) = trainer.turn_rubrics
     assert rubric.estimator == "ms_po" and rubric.estimator_params == {"norm": "none", "gamma": 0.5}
+
+
+def test_wandb_without_a_key_runs_offline(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    cfg = config(str(tmp_path), 1, report_to="wandb")
+    assert cfg.report_to == ["wandb"]
+    assert os.environ["WANDB_MODE"] == "offline"  # transformers' WandbCallback then logs locally
