@@ -1,7 +1,7 @@
 """Seconds per MT-GRPO step, and where they go (generation, scoring, training, weight sync), on this machine.
 
 For each model: `rlvr.trainer.run_training` starts its own `rlvr serve`, trains a few steps on the real
-vf-gsm8k-code environment (LoRA, 2 prompts x 4 rollouts, 2 turns), and the numbers are read back from the run's
+vf-gsm8k-code environment (LoRA, 2 prompts, 2 turns; SETTINGS below), and the numbers are read back from the run's
 metrics.jsonl. The first step is reported apart (it includes the first weight sync and warm-up).
 
     python benchmarks/train_step.py [--models tiny-random smollm2-135m] [--steps 3]
@@ -21,9 +21,9 @@ from statistics import mean
 
 RESULTS = Path(__file__).resolve().parent / "results" / "train_step.json"
 SPLIT = ("timing/generation_s", "timing/scoring_s", "timing/training_s", "timing/sync_s", "time/step_s")
-SETTINGS = {  # per model: generation length is what dominates on CPU
-    "tiny-random": dict(max_tokens_per_turn=64),
-    "smollm2-135m": dict(max_tokens_per_turn=64),
+SETTINGS = {  # per model; SmolLM2's forward+backward costs ~0.1 s per token on 2 busy cores, so it gets less
+    "tiny-random": dict(max_tokens_per_turn=64, batch_size=8, rollouts_per_example=4, micro_batch_size=4),
+    "smollm2-135m": dict(max_tokens_per_turn=32, batch_size=4, rollouts_per_example=2, micro_batch_size=2),
 }
 
 
@@ -34,8 +34,7 @@ def bench(model: str, steps: int) -> dict:
 
     with tempfile.TemporaryDirectory(prefix=f"bench-{model}-") as run_dir:
         config = MTGRPOConfig(
-            output_dir=run_dir, max_steps=steps, save_steps=10_000, seed=0, learning_rate=1e-5,
-            batch_size=8, rollouts_per_example=4, micro_batch_size=4, max_seq_len=1024,
+            output_dir=run_dir, max_steps=steps, save_steps=10_000, seed=0, learning_rate=1e-5, max_seq_len=1024,
             use_lora=True, lora_rank=8, report_to="none", logging_steps=1, progress=False,
             **SETTINGS[model],
         )
@@ -55,8 +54,7 @@ def bench(model: str, steps: int) -> dict:
         "generation_tokens_per_s": mean(r["tokens/generation_per_s"] for r in later),
         "training_tokens_per_s": mean(r["tokens/training_per_s"] for r in later),
         "packed_fraction": mean(r["batch/packed_fraction"] for r in later),
-        "settings": {"batch_size": 8, "rollouts_per_example": 4, "max_turns": 2, "lora_rank": 8,
-                     **SETTINGS[model]},
+        "settings": {"max_turns": 2, "lora_rank": 8, **SETTINGS[model]},
     }
 
 
