@@ -283,8 +283,8 @@ class MTGRPOTrainer(RLTrainer):
         })
 
     # ---------------------------------------------------------------- weight sync
-    def sync_weights(self) -> float:
-        """Send the current policy to the server; returns seconds. All processes call it."""
+    def sync_weights(self) -> None:
+        """Send the current policy to the server (all processes call it); logs seconds and, if asked, the check."""
         verify = self.args.verify_weight_sync and self.accelerator.is_main_process
         if verify and self._synced_at_step is not None:
             # The same check against the server's previous weights: shows the check can tell them apart.
@@ -297,18 +297,14 @@ class MTGRPOTrainer(RLTrainer):
                 self.cpu_sync.update_weights(policy_state_dict(self.accelerator.unwrap_model(self.model)))
             self.accelerator.wait_for_everyone()
         self._synced_at_step = self.state.global_step
-        seconds = time.perf_counter() - start
-        self._pending["timing/sync_s"] = seconds
+        self._pending["timing/sync_s"] = time.perf_counter() - start
         if verify:
             self._pending["sync/max_abs_logprob_diff"] = self.weight_sync_error()
-        return seconds
 
-    def weight_sync_error(self, input_ids: list[int] | None = None) -> float:
-        """Max |server logprob - trainer logprob| over a sequence (the first prompt by default), temperature 1."""
-        if input_ids is None:
-            prompt = self.dataset[0]["prompt"]
-            input_ids = list(self.processing_class.apply_chat_template(
-                prompt, tokenize=True, add_generation_prompt=True, return_dict=False))
+    def weight_sync_error(self) -> float:
+        """Max |server logprob - trainer logprob| over the first prompt's tokens, at temperature 1."""
+        input_ids = list(self.processing_class.apply_chat_template(
+            self.dataset[0]["prompt"], tokenize=True, add_generation_prompt=True, return_dict=False))
         served = torch.tensor(server_prompt_logprobs(self.server_url, self.served_model, input_ids))
         model = self.accelerator.unwrap_model(self.model)
         with torch.no_grad():
