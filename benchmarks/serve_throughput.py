@@ -7,9 +7,11 @@ shared CPU falls on both alike. A round sends --num-prompts chat requests, --con
 generating exactly --max-tokens tokens (greedy, ignore_eos). Throughput = completion tokens / wall time;
 ratio = median rlvr / median plain (goal >= 0.95).
 
-Weight sync: the model's own weights (transformers, fp32) sent --sync-repeats times with CPUWeightSyncClient;
-`total` is the trainer's wall time (serialize + HTTP + load), `load` the server's pause-load-resume part.
-Writes benchmarks/results/serve_throughput.json (atomically).
+Weight sync: the model's own weights (transformers, fp32) sent --sync-repeats times with CPUWeightSyncClient for
+each of --sync-transports ("file": safetensors file in /dev/shm, path sent; "http": bytes sent); `total` is the
+trainer's wall time (serialize or write + request + load), `load` the server's pause-load-resume part.
+Writes benchmarks/results/serve_throughput.json (atomically). --only-weight-sync starts only `rlvr serve`,
+measures only the weight sync and writes benchmarks/results/weight_sync.json.
 """
 
 from __future__ import annotations
@@ -90,24 +92,47 @@ def plain_vllm(model: str, kv_cache_gb: float | None, timeout: float):
     )
 
 
-def weight_sync_times(url: str, model: str, repeats: int) -> dict:
+def weight_sync_times(url: str, model: str, repeats: int, transports: list[str]) -> dict:
     from transformers import AutoModelForCausalLM
 
     state = AutoModelForCausalLM.from_pretrained(models.resolve(model), dtype=torch.float32).state_dict()
-    client = CPUWeightSyncClient(url)
-    totals, loads = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        answer = client.update_weights(state)
-        totals.append(time.perf_counter() - start)
-        loads.append(answer["load_seconds"])
-    return {
+    result: dict = {
         "num_tensors": len(state),
         "megabytes": sum(t.numel() * t.element_size() for t in state.values()) / 2**20,
-        "total_s": totals,
-        "load_s": loads,
-        "median_total_s": statistics.median(totals),
-        "median_load_s": statistics.median(loads),
+    }
+    for transport in transports:
+        client = CPUWeightSyncClient(url, transport=transport)
+        totals, loads = [], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            answer = client.update_weights(state)
+            totals.append(time.perf_counter() - start)
+            loads.append(answer["load_seconds"])
+            print(
+                f"weight sync ({answer['transport']}): {totals[-1]:.2f} s, load {loads[-1]:.2f} s", flush=True
+            )
+        result[transport] = {
+            "total_s": totals,
+            "load_s": loads,
+            "median_total_s": statistics.median(totals),
+            "median_load_s": statistics.median(loads),
+        }
+    return result
+
+
+def sync_summary(sync: dict) -> str:
+    return "; ".join(
+        f"{transport}: {sync[transport]['median_total_s']:.2f} s total, {sync[transport]['median_load_s']:.2f} s load"
+        for transport in sync
+        if isinstance(sync[transport], dict)
+    )
+
+
+def machine() -> dict:
+    return {
+        "cpus": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "cuda": torch.cuda.is_available(),
     }
 
 
@@ -121,12 +146,34 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sync-repeats", type=int, default=3)
+    parser.add_argument(
+        "--sync-transports",
+        default="file,http",
+        help="comma-separated CPUWeightSyncClient transports to time (file, http)",
+    )
+    parser.add_argument(
+        "--only-weight-sync", action="store_true", help="skip the throughput rounds and plain vLLM"
+    )
     parser.add_argument("--kv-cache-gb", type=float, default=None)
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for each server to start")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "serve_throughput.json")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: benchmarks/results/<what was measured>.json"
+    )
     args = parser.parse_args()
+    transports = [t.strip() for t in args.sync_transports.split(",") if t.strip()]
+    if not transports or not set(transports) <= {"file", "http"}:
+        parser.error(f"--sync-transports takes file and/or http, got {args.sync_transports!r}")
+    results = REPO / "benchmarks" / "results"
 
     extra = [] if args.kv_cache_gb is None else ["--kv-cache-gb", str(args.kv_cache_gb)]
+    if args.only_weight_sync:
+        with launch(args.model, extra_args=extra, timeout=args.timeout) as rlvr_server:
+            sync = weight_sync_times(rlvr_server.url, args.model, args.sync_repeats, transports)
+        out = args.out or results / "weight_sync.json"
+        atomic_write_json(out, {"model": args.model, "weight_sync": sync, "machine": machine()})
+        print(f"weight sync {args.model} ({sync['megabytes']:.0f} MiB): {sync_summary(sync)}")
+        print(f"wrote {out}")
+        return
     with (
         launch(args.model, extra_args=extra, timeout=args.timeout) as rlvr_server,
         plain_vllm(args.model, args.kv_cache_gb, args.timeout) as plain_server,
@@ -144,7 +191,7 @@ def main() -> None:
                 )
                 rounds[name].append(result)
                 print(f"{name:>10}: {result['tokens_per_s']:.1f} tokens/s", flush=True)
-        sync = weight_sync_times(rlvr_server.url, args.model, args.sync_repeats)
+        sync = weight_sync_times(rlvr_server.url, args.model, args.sync_repeats, transports)
 
     median = {name: statistics.median(r["tokens_per_s"] for r in results) for name, results in rounds.items()}
     report = {
@@ -156,19 +203,16 @@ def main() -> None:
         "median_tokens_per_s": median,
         "ratio_rlvr_over_plain": median["rlvr_serve"] / median["plain_vllm"],
         "weight_sync": sync,
-        "machine": {
-            "cpus": torch.get_num_threads(),
-            "platform": platform.platform(),
-            "cuda": torch.cuda.is_available(),
-        },
+        "machine": machine(),
     }
-    atomic_write_json(args.out, report)
+    out = args.out or results / "serve_throughput.json"
+    atomic_write_json(out, report)
     print(
         f"rlvr serve / plain vLLM = {report['ratio_rlvr_over_plain']:.3f} "
-        f"({median['rlvr_serve']:.1f} vs {median['plain_vllm']:.1f} tokens/s); weight sync {args.model}: "
-        f"{sync['median_total_s']:.2f} s total, {sync['median_load_s']:.2f} s load ({sync['megabytes']:.0f} MiB)"
+        f"({median['rlvr_serve']:.1f} vs {median['plain_vllm']:.1f} tokens/s); weight sync {args.model} "
+        f"({sync['megabytes']:.0f} MiB): {sync_summary(sync)}"
     )
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,22 @@
-"""CPU weight sync into a running server, and the admin token, on one server of our own.
+"""CPU weight sync into a running server (file and http transports), and the admin token, on one server of our own.
 
 The shared session servers must keep their weights, so this module starts its own tiny-random server, bound to
-0.0.0.0 (a non-loopback address, so the admin token is enforced) and reached through 127.0.0.1.
+0.0.0.0 (a non-loopback address, so the admin token is enforced) and reached through 127.0.0.1, so the client's
+default transport is the file one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+from pathlib import Path
 
 import httpx
 import pytest
 import torch
 from openai import AsyncOpenAI
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 from rlvr.serve import ADMIN_HEADER, CPUWeightSyncClient, WeightSyncError, launch
@@ -25,12 +29,18 @@ LOGPROB_TOLERANCE = 1e-3
 
 
 @pytest.fixture(scope="module")
-def sync_server(tiny_model, tmp_path_factory):
+def allowed_dir(tmp_path_factory) -> Path:
+    """A root the server is told to load weight files from (rlvr serve --allow-weights-dir)."""
+    return tmp_path_factory.mktemp("allowed-weights")
+
+
+@pytest.fixture(scope="module")
+def sync_server(tiny_model, tmp_path_factory, allowed_dir):
     with launch(
         "tiny-random",
         # vLLM on CPU serves a float32 checkpoint in bfloat16 by default (logprobs then differ from an fp32
         # forward by ~5e-3, measured); float32 makes the comparison with transformers tight.
-        extra_args=["--dtype", "float32"],
+        extra_args=["--dtype", "float32", "--allow-weights-dir", str(allowed_dir)],
         host="0.0.0.0",
         admin_token=TOKEN,
         log_file=tmp_path_factory.mktemp("serve") / "serve.log",
@@ -82,14 +92,20 @@ def original_state(tiny_model) -> dict[str, torch.Tensor]:
     return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).state_dict()
 
 
-@pytest.mark.parametrize("path", ["/rlvr/update_weights", "/reset_prefix_cache", "/init_communicator"])
+@pytest.mark.parametrize(
+    "path",
+    ["/rlvr/update_weights", "/rlvr/update_weights_from_path", "/reset_prefix_cache", "/init_communicator"],
+)
 def test_admin_endpoints_refuse_requests_without_the_token(sync_server, path):
     for headers in ({}, {ADMIN_HEADER: "wrong-" + TOKEN}):
         response = httpx.post(sync_server.url + path, content=b"x", headers=headers)
         assert response.status_code == 403
         assert ADMIN_HEADER in response.json()["error"]
-    with pytest.raises(WeightSyncError, match="403"):
-        CPUWeightSyncClient(sync_server.url, admin_token="").update_weights({"w": torch.zeros(1)})
+    for transport in ("file", "http"):
+        with pytest.raises(WeightSyncError, match="403"):
+            CPUWeightSyncClient(sync_server.url, admin_token="", transport=transport).update_weights(
+                {"w": torch.zeros(1)}
+            )
 
 
 def test_admin_token_opens_admin_endpoints_and_inference_needs_none(sync_server):
@@ -111,14 +127,22 @@ def test_a_body_that_is_not_safetensors_is_refused_with_a_clear_error(sync_serve
     assert "safetensors" in response.json()["error"]
 
 
-def test_update_matches_a_transformers_forward_of_the_new_weights(sync_server, tiny_model, perturbed_state):
+@pytest.mark.parametrize(("transport", "used"), [("auto", "file"), ("http", "http")])
+def test_update_matches_a_transformers_forward_of_the_new_weights(
+    sync_server, tiny_model, perturbed_state, transport, used
+):
+    # Default arguments, as the trainer calls it: on a loopback URL "auto" is the file transport through /dev/shm.
+    client = CPUWeightSyncClient(sync_server.url, admin_token=TOKEN, transport=transport)
+    # Back to the original weights first (an earlier test may have changed them); the server then agrees with
+    # them (the same check, as a control).
+    assert client.update_weights(original_state(tiny_model))["transport"] == used
     prompt_ids, before_ids, before_lp = asyncio.run(greedy(sync_server, max_tokens=12, ignore_eos=True))
-    # Before the update the server agrees with the original weights (the same check, as a control).
     original = model_logprobs(original_state(tiny_model), tiny_model, prompt_ids, before_ids)
     assert max(abs(a - b) for a, b in zip(before_lp, original, strict=True)) < LOGPROB_TOLERANCE
 
-    answer = CPUWeightSyncClient(sync_server.url, admin_token=TOKEN).update_weights(perturbed_state)
+    answer = client.update_weights(perturbed_state)
     assert answer["status"] == "ok" and answer["num_tensors"] == len(perturbed_state)
+    assert answer["transport"] == used
 
     prompt_after, after_ids, after_lp = asyncio.run(greedy(sync_server, max_tokens=12, ignore_eos=True))
     assert prompt_after == prompt_ids
@@ -129,6 +153,57 @@ def test_update_matches_a_transformers_forward_of_the_new_weights(sync_server, t
     # ... and the served model is no longer the original one.
     old_on_new_tokens = model_logprobs(original_state(tiny_model), tiny_model, prompt_ids, after_ids)
     assert max(abs(a - b) for a, b in zip(after_lp, old_on_new_tokens, strict=True)) > 0.05
+
+
+def test_file_transport_loads_from_an_allowed_dir_and_leaves_nothing_behind(
+    sync_server, tiny_model, allowed_dir
+):
+    client = CPUWeightSyncClient(sync_server.url, admin_token=TOKEN, transport="file", shared_dir=allowed_dir)
+    state = original_state(tiny_model)
+    answer = client.update_weights(state)
+    assert answer["transport"] == "file" and answer["num_tensors"] == len(state)
+    assert list(allowed_dir.iterdir()) == [], "the client must delete its weights file and directory"
+
+
+def valid_weights_file(directory: Path) -> Path:
+    directory.mkdir(mode=0o700)
+    save_file({"w": torch.zeros(2)}, directory / "w.safetensors")
+    return directory / "w.safetensors"
+
+
+def test_paths_outside_the_allowed_dirs_are_refused(sync_server, tiny_model, allowed_dir, tmp_path):
+    outside = valid_weights_file(tmp_path / "rlvr-weights-outside")  # right name, but tmp_path is no root
+    inside = allowed_dir / "rlvr-weights-links"
+    inside.mkdir(mode=0o700)
+    (inside / "link.safetensors").symlink_to(outside)
+    try:
+        for path in (
+            outside,
+            inside / "link.safetensors",  # a symlink out of an allowed directory
+            inside / ".." / ".." / outside.relative_to(allowed_dir.parent),  # ../ out of it
+            Path("/etc/passwd"),
+        ):
+            response = httpx.post(
+                sync_server.url + "/rlvr/update_weights_from_path",
+                json={"path": str(path)},
+                headers={ADMIN_HEADER: TOKEN},
+            )
+            assert response.status_code == 400, path
+            assert response.json()["reason"] == "not_allowed"
+            assert "outside the directories this server loads weights from" in response.json()["error"]
+    finally:
+        (inside / "link.safetensors").unlink()
+        inside.rmdir()
+
+    with pytest.raises(WeightSyncError, match="400.*--allow-weights-dir"):
+        CPUWeightSyncClient(
+            sync_server.url, admin_token=TOKEN, transport="file", shared_dir=tmp_path
+        ).update_weights({"w": torch.zeros(1)})
+    # "auto" falls back to sending the bytes when the server will not load its file.
+    fallback = CPUWeightSyncClient(sync_server.url, admin_token=TOKEN, shared_dir=tmp_path)
+    assert fallback.update_weights(original_state(tiny_model))["transport"] == "http"
+    assert fallback.transport == "http"
+    assert sorted(os.listdir(tmp_path)) == ["rlvr-weights-outside"], "the refused file was not deleted"
 
 
 def test_a_request_in_flight_during_an_update_sees_one_set_of_weights(
