@@ -55,3 +55,49 @@ def smol_server(smol_model):
     """One `rlvr serve` of SmolLM2-135M for the whole session. Never change its weights."""
     with _serve("smollm2-135m") as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def vf_install():
+    """Run verifiers' own `vf-install ENV -p environments` (it runs `uv pip install -e`; uv is in this venv)."""
+    import subprocess
+    import sys
+
+    bin_dir = Path(sys.executable).parent
+
+    def install(env_id: str) -> None:
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": sys.prefix}
+        proc = subprocess.run(
+            [str(bin_dir / "vf-install"), env_id, "-p", "environments"],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    return install
+
+
+@pytest.fixture(scope="session")
+def vf_eval():
+    """Run verifiers' own `vf-eval` CLI against a server; returns (metadata, rows) of the results it saved."""
+    import json
+    import subprocess
+    import sys
+
+    def run(env_id: str, server, workdir: Path, *, num_examples: int, rollouts: int, env_args=None,
+            max_tokens: int = 48) -> tuple[dict, list[dict]]:
+        command = [
+            str(Path(sys.executable).parent / "vf-eval"), env_id, "-m", server.model, "-b", server.base_url,
+            "-n", str(num_examples), "-r", str(rollouts), "-t", str(max_tokens), "-a", json.dumps(env_args or {}), "-s",
+        ]  # fmt: skip
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PRIME_API_KEY": "unused"}
+        proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        # vf-eval saves under ./outputs/evals/<env>--<model>/<run id>/ when run outside the repository
+        (run_dir,) = (workdir / "outputs" / "evals" / f"{env_id}--{server.model}").iterdir()
+        rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+        metadata = json.loads((run_dir / "metadata.json").read_text())
+        assert metadata["num_examples"] == num_examples and metadata["rollouts_per_example"] == rollouts
+        assert len(rows) == num_examples * rollouts and len({r["example_id"] for r in rows}) == num_examples
+        return metadata, rows
+
+    return run

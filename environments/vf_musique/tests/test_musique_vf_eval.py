@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parents[3]
 
-
-def test_vf_install_finds_the_package():
-    # vf-install runs `uv pip install -e environments/vf_musique`: uv is in the venv's bin/.
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(BIN.parent)}
-    proc = subprocess.run(
-        [str(BIN / "vf-install"), "vf-musique", "-p", "environments"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_vf_install_finds_the_package(vf_install):
+    vf_install("vf-musique")
     check = subprocess.run(
         [sys.executable, "-c", "import vf_musique, verifiers as vf; print(type(vf.load_environment('vf-musique')).__name__)"],
         capture_output=True, text=True, timeout=300,
@@ -31,21 +19,9 @@ def test_vf_install_finds_the_package():
 
 
 @pytest.mark.slow
-def test_vf_eval_against_rlvr_serve(tiny_server, tmp_path):
-    env_args = json.dumps({"max_turns": 3, "num_eval_examples": 3})
-    command = [
-        str(BIN / "vf-eval"), "vf-musique", "-m", tiny_server.model, "-b", tiny_server.base_url,
-        "-n", "3", "-r", "1", "-t", "48", "-a", env_args, "-s",
-    ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PRIME_API_KEY": "unused"}
-    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-    (run_dir,) = (tmp_path / "outputs" / "evals" / f"vf-musique--{tiny_server.model}").iterdir()
-    rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
-    metadata = json.loads((run_dir / "metadata.json").read_text())
-    assert metadata["num_examples"] == 3 and metadata["rollouts_per_example"] == 1
-    assert len(rows) == 3 and len({r["example_id"] for r in rows}) == 3
+def test_vf_eval_against_rlvr_serve(tiny_server, tmp_path, vf_eval):
+    _, rows = vf_eval("vf-musique", tiny_server, tmp_path, num_examples=3, rollouts=1,
+                      env_args={"max_turns": 3, "num_eval_examples": 3})
     for row in rows:
         # The saved reward is the hop-weighted outcome alone; the other metrics have weight 0.
         assert row["reward"] == pytest.approx(row["hop_weighted_reward"])
