@@ -144,7 +144,8 @@ def analyze(directory: Path) -> Path:
         png = metrics.parent / "reward_curve.png"
         keys = plot_training_run(metrics, png)
         if keys:
-            records = read_jsonl(metrics)
+            # step records only: the trainer ends metrics.jsonl with a run summary (train_loss, runtime)
+            records = [r for r in read_jsonl(metrics) if any(k in r for k in keys)]
             first, last = records[0], records[-1]
             table = markdown_table(
                 ["metric", "first step", "last step"],

@@ -57,6 +57,7 @@ def demo_config(settings: DemoSettings, run_dir: Path):
         micro_batch_size=4, max_tokens_per_turn=settings.max_tokens_per_turn, max_seq_len=1024,
         temperature=settings.temperature, learning_rate=settings.learning_rate, advantage_estimator=settings.algo,
         num_iterations=1, save_steps=settings.steps, logging_steps=1, report_to="none", progress=True,
+        use_lora=False,  # full fine-tuning: RLConfig defaults to LoRA, and the final sync loads model.safetensors
     )
 
 
@@ -184,6 +185,7 @@ def run_demo(settings: DemoSettings, run_dir: Path) -> Path:
         mark = time.perf_counter()
         console.rule(f"[bold]MT-GRPO training: {settings.steps} steps")
         run_training(env, settings.model, demo_config(settings, run_dir / "train"), server_url=server.url)
+        env.set_score_rollouts(True)  # the trainer scores groups itself and turned the env's own scoring off
         timings["training"] = time.perf_counter() - mark
 
         timings["final weight sync"] = _sync_final_weights(server, run_dir / "train" / "final")
