@@ -1,0 +1,67 @@
+"""`rlvr analyze` on a training run directory written here (no server): the table holds the numbers of the first
+and last step, the plot is a PNG; bad directories fail with a message."""
+
+from __future__ import annotations
+
+import json
+
+from cli_helpers import assert_png, ok, rlvr
+
+# Three steps in the trainer's metrics.jsonl layout, then the closing summary line that transformers writes.
+STEPS = [
+    {"step": 1, "loss": 0.1, "reward": 0.10, "turn/0/reward": 0.20, "turn/1/reward": 0.05, "reward/exact_match": 0.0},
+    {"step": 2, "loss": 0.2, "reward": 0.30, "turn/0/reward": 0.40, "turn/1/reward": 0.15, "reward/exact_match": 0.25},
+    {"step": 3, "loss": 0.3, "reward": 0.55, "turn/0/reward": 0.70, "turn/1/reward": 0.35, "reward/exact_match": 0.5},
+]
+SUMMARY = {"step": 3, "train_runtime": 12.5, "train_loss": 0.2, "epoch": 1.0}
+
+
+def write_run(run_dir):
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*STEPS, SUMMARY]))
+
+
+def test_analyze_synthetic_training_run(tmp_path):
+    run_dir = tmp_path / "runs" / "mt_grpo"
+    write_run(run_dir)
+    result = ok("analyze", tmp_path / "runs")
+    text = (tmp_path / "runs" / "analysis.md").read_text()
+    assert text.startswith("# rlvr analysis")
+    assert f"## Training run `{run_dir}`" in text
+    assert "3 steps." in text
+    for row in ("| reward | 0.100 | 0.550 |", "| turn/0/reward | 0.200 | 0.700 |", "| turn/1/reward | 0.050 | 0.350 |",
+                "| reward/exact_match | 0.000 | 0.500 |"):
+        assert row in text, row
+    assert "| loss |" not in text and "| train_loss |" not in text  # only reward curves are tabled
+    assert "![reward_curve](mt_grpo/reward_curve.png)" in text
+    assert_png(run_dir / "reward_curve.png")
+    assert result.says(f"written: {tmp_path / 'runs' / 'analysis.md'}"), result
+
+
+def test_analyze_two_runs_in_one_directory(tmp_path):
+    for name in ("grpo", "mt_grpo"):
+        write_run(tmp_path / name)
+    ok("analyze", tmp_path)
+    text = (tmp_path / "analysis.md").read_text()
+    assert text.count("## Training run") == 2
+    for name in ("grpo", "mt_grpo"):
+        assert_png(tmp_path / name / "reward_curve.png")
+
+
+def test_analyze_nothing_to_analyze(tmp_path):
+    result = rlvr("analyze", tmp_path)
+    assert result.exit_code == 2, result
+    assert result.says(f"nothing to analyze under {tmp_path}: expected metrics.jsonl (training)"), result
+    result = rlvr("analyze", tmp_path / "missing")
+    assert result.exit_code == 2, result
+    assert result.says(f"{tmp_path / 'missing'} is not a directory"), result
+
+
+def test_analyze_cut_off_metrics_file(tmp_path):
+    write_run(tmp_path / "run")
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "rew')
+    result = rlvr("analyze", tmp_path)
+    assert result.exit_code == 2, result
+    assert result.says(f"{tmp_path / 'run' / 'metrics.jsonl'}:5 is not valid JSON"), result
+    assert result.says("was the file cut off mid-write?"), result
