@@ -34,16 +34,18 @@ class DemoSettings:
     model: str = "smollm2-135m"
     env: str = "vf-triviaqa-search"
     env_args: dict = field(default_factory=lambda: {
-        "protocol": "search", "num_train_examples": 256, "num_eval_examples": 32, "max_turns": 2,
+        "protocol": "search", "num_train_examples": 256, "num_eval_examples": 24, "max_turns": 2,
     })
     algo: str = "mt_grpo"
-    steps: int = 8
+    # Measured with 8 steps (turn reward 0.26 -> 0.66, tool execution 0.58 -> 1.0, EM 0.06 -> 0.31; the turn reward
+    # saturates by step 4): 6 steps keep `make demo` within 20 minutes on 2 cores.
+    steps: int = 6
     batch_size: int = 16  # rollouts per step
     rollouts_per_example: int = 8  # group size
-    learning_rate: float = 3e-5
+    learning_rate: float = 5e-5
     temperature: float = 0.7  # 1.0 makes a 135M model ramble; 0.7 keeps half the groups' rollouts on format
     max_tokens_per_turn: int = 32  # a search or an answer is a few tokens
-    eval_examples: int = 32
+    eval_examples: int = 24
     eval_rollouts: int = 2
     seed: int = 0
 
