@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from rlvr.io import append_jsonl, atomic_write_text
 from rlvr.trainer.batching import RolloutSamples
 
 
@@ -74,26 +74,6 @@ def rollout_metrics(states: Sequence[dict[str, Any]], rollouts: Sequence[Rollout
     return metrics
 
 
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """One line per record, flushed and fsynced, so a killed run loses at most the line being written."""
-    with open(path, "a") as f:
-        f.write(json.dumps(record, default=str) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def truncate_jsonl(path: Path, max_step: int) -> None:
     """Drop records logged after `max_step` (a resumed run recomputes them), atomically."""
     if not path.exists():
@@ -106,9 +86,7 @@ def truncate_jsonl(path: Path, max_step: int) -> None:
             continue  # the line a SIGKILL cut in half
         if int(record.get("step", 0)) <= max_step:
             kept.append(line)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(line + "\n" for line in kept))
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 class JsonlMetricsCallback(TrainerCallback):

@@ -17,8 +17,8 @@ import verifiers as vf
 from accelerate import PartialState
 from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 
+from rlvr.io import atomic_write_json
 from rlvr.trainer.config import MTGRPOConfig
-from rlvr.trainer.metrics import write_json_atomic
 from rlvr.trainer.trainer import MTGRPOTrainer
 
 
@@ -50,7 +50,7 @@ def run_training(
     checkpoint = get_last_checkpoint(str(run_dir)) if resume is True and run_dir.is_dir() else (resume or None)
     is_main = PartialState().is_main_process
     if is_main:
-        write_json_atomic(run_dir / "config.json", {
+        atomic_write_json(run_dir / "config.json", {
             "model": model, "environment": getattr(env, "env_id", None) or type(env).__name__,
             "env_args": env_args or {}, "server_url": server_url, "resumed_from": checkpoint,
             "training": config.to_dict(),

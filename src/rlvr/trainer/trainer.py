@@ -50,18 +50,13 @@ from verifiers.utils.message_utils import messages_to_printable
 
 from rlvr.credit import compute_advantages
 from rlvr.credit.estimators import ESTIMATOR_FUNCS
+from rlvr.io import append_jsonl, atomic_write_json
 from rlvr.rubrics import TurnRubric
 from rlvr.serve import CPUWeightSyncClient
 from rlvr.trainer.batching import RolloutSamples, Sample, distribute, rollout_samples
 from rlvr.trainer.config import MTGRPOConfig
 from rlvr.trainer.loss import policy_loss
-from rlvr.trainer.metrics import (
-    JsonlMetricsCallback,
-    RichProgressCallback,
-    append_jsonl,
-    rollout_metrics,
-    write_json_atomic,
-)
+from rlvr.trainer.metrics import JsonlMetricsCallback, RichProgressCallback, rollout_metrics
 from rlvr.trainer.sync import (
     check_server,
     check_token_ids,
@@ -436,7 +431,7 @@ class MTGRPOTrainer(RLTrainer):
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             next_index = self.state.global_step // self.args.num_iterations
-            write_json_atomic(staging / name / RLVR_STATE, {
+            atomic_write_json(staging / name / RLVR_STATE, {
                 "global_step": self.state.global_step,
                 "next_batch_index": next_index,
                 "next_example_ids": list(self.batch_example_rows(next_index)["example_id"]),
