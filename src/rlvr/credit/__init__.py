@@ -2,15 +2,20 @@
 
     compute_advantages("mt_grpo", turn_rewards, outcome_rewards, first_result_turn, coef=1.0)
 
-See estimators.py for the formulas and their sources, normalize.py for the normalisations, tokens.py for the
-per-token expansion and the packed token view of a rollout.
+See estimators.py for the formulas, their sources and the registry (`ESTIMATORS`), normalize.py for the
+normalisations, tokens.py for the per-token expansion and the packed token view of a rollout.
 """
 
 from rlvr.credit.estimators import (
     ESTIMATORS,
+    Estimator,
     compute_advantages,
+    estimator_parameters,
+    gigpo,
     grpo,
     grpo_mr,
+    merge_params,
+    ms_grpo,
     ms_po,
     mt_grpo,
     mt_grpo_k,
@@ -20,6 +25,7 @@ from rlvr.credit.normalize import EPSILON, batch_whiten, group_normalize
 from rlvr.credit.tokens import (
     NotPrefixConsistent,
     TokenView,
+    TurnTokens,
     build_token_view,
     expand_to_tokens,
     prefix_mismatch,
@@ -28,15 +34,21 @@ from rlvr.credit.tokens import (
 __all__ = [
     "EPSILON",
     "ESTIMATORS",
+    "Estimator",
     "NotPrefixConsistent",
     "TokenView",
+    "TurnTokens",
     "batch_whiten",
     "build_token_view",
     "compute_advantages",
+    "estimator_parameters",
     "expand_to_tokens",
+    "gigpo",
     "group_normalize",
     "grpo",
     "grpo_mr",
+    "merge_params",
+    "ms_grpo",
     "ms_po",
     "mt_grpo",
     "mt_grpo_k",

@@ -15,7 +15,9 @@ from __future__ import annotations
 import inspect
 import math
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from rlvr.credit.normalize import EPSILON, group_normalize
 
@@ -92,6 +94,28 @@ def mt_grpo(
             continue
         early = a_out[i] + coef * a_turn[i] if coef_on == "turn" else a_turn[i] + coef * a_out[i]
         out.append([early if k <= t else a_out[i] for k in range(len(turns))])
+    return out
+
+
+def ms_grpo(turn_rewards, outcome_rewards, first_result_turn, *, coef: float = 1.0, norm="std", eps=EPSILON, std_floor=None):
+    """MS-GRPO, the precursor of MT-GRPO in the same authors' code.
+
+    Source: SiliangZeng/Multi-Turn-RL-Agent, verifiers/trainers/ms_grpo_env_trainer.py, `_combine_advantages`:
+        A_step = norm(R_turn), A_out = norm(R_outcome)
+        rollout with a tool result, turns k <= t:  A_out + coef * A_step;   turns k > t:  A_out
+        rollout without a tool result, every turn: A_out
+    The only difference from `mt_grpo` is the last line (mt_grpo gives those rollouts norm(R_turn + R_outcome)).
+    The original's `step_advantage_coe` defaults to 0, which makes it outcome-only GRPO; rlvr defaults to 1.0,
+    the value of its MT-GRPO runs.
+    """
+    p = dict(norm=norm, eps=eps, std_floor=std_floor)
+    a_turn = _norm([math.fsum(t) for t in turn_rewards], p)
+    a_out = _norm(outcome_rewards, p)
+    out = []
+    for i, turns in enumerate(turn_rewards):
+        t = first_result_turn[i]
+        early = a_out[i] + coef * a_turn[i] if t is not None else a_out[i]
+        out.append([early if t is not None and k <= t else a_out[i] for k in range(len(turns))])
     return out
 
 
@@ -210,32 +234,46 @@ def turn_return(
     outcome_rewards,
     first_result_turn,
     *,
-    state_keys: Sequence[Sequence[Hashable]] | None = None,
     gamma: float = 1.0,
-    omega: float = 1.0,
     unreached: str = "exclude",
     norm="std",
     eps=EPSILON,
     std_floor=None,
 ):
-    """Discounted turn returns, normalised within the group.
+    """Discounted turn returns, normalised per turn index: A_k = norm_k(G_k).
 
-    Without state keys: A_k = norm_k(G_k), normalised per turn index k (as GTPO, arXiv 2511.14846, normalises
-    returns per turn), with the `unreached` option of `_per_index_normalize`. Each turn's advantage here has a single
-    baseline term (the mean return at its index), so neither option makes the baseline depend on the rollout's own
-    stopping turn; "zero" only adds the rollouts that had already stopped (return 0) to each index's statistics.
-
-    With state keys (one hashable key per turn, e.g. a hash of the observation the turn acted on), GiGPO's two-level
-    advantage (arXiv 2505.10978, Sec. 3, Eq. 7-9): A = A^E + omega * A^S, where
-        A^E = norm(R(tau)) over the group, R(tau) = sum of turn rewards + R_outcome (episode-level group), and
-        A^S = norm(G_k) within each anchor-state group: all turns of the group's rollouts with the same key,
-              whatever their index (step-level group). A key seen once gives A^S = 0.
+    G_k as in `_discounted_returns`; the statistics of index k run over the group's rollouts (GTPO, arXiv 2511.14846,
+    normalises returns per turn), with the `unreached` option of `_per_index_normalize`. Each turn's advantage has a
+    single baseline term (the mean return at its index), so neither option makes the baseline depend on the
+    rollout's own stopping turn; "zero" only adds the rollouts that had already stopped (return 0) to each index.
     """
     p = dict(norm=norm, eps=eps, std_floor=std_floor)
     returns = [_discounted_returns(t, o, gamma) for t, o in zip(turn_rewards, outcome_rewards, strict=True)]
-    if state_keys is None:
-        full = _per_index_normalize(returns, p, unreached)
-        return [row[: len(g)] for row, g in zip(full, returns, strict=True)]
+    full = _per_index_normalize(returns, p, unreached)
+    return [row[: len(g)] for row, g in zip(full, returns, strict=True)]
+
+
+def gigpo(
+    turn_rewards,
+    outcome_rewards,
+    first_result_turn,
+    *,
+    state_keys: Sequence[Sequence[Hashable]],
+    gamma: float = 1.0,
+    omega: float = 1.0,
+    norm="std",
+    eps=EPSILON,
+    std_floor=None,
+):
+    """GiGPO's two-level advantage (Feng et al. 2025, arXiv 2505.10978, Sec. 3, Eq. 7-9): A = A^E + omega * A^S.
+
+    A^E = norm(R(tau)) over the group, R(tau) = sum of turn rewards + R_outcome (episode-level group);
+    A^S = norm(G_k) within each anchor-state group: all turns of the group's rollouts whose anchor-state key (one per
+          turn, e.g. the page or observation the turn acted on) is equal, whatever their index (step-level group).
+          A key seen once gives A^S = 0. G_k: the discounted turn return of `_discounted_returns`.
+    """
+    p = dict(norm=norm, eps=eps, std_floor=std_floor)
+    returns = [_discounted_returns(t, o, gamma) for t, o in zip(turn_rewards, outcome_rewards, strict=True)]
     episode = _norm([math.fsum(t) + o for t, o in zip(turn_rewards, outcome_rewards, strict=True)], p)
     anchors: dict[Hashable, list[tuple[int, int]]] = defaultdict(list)
     for i, keys in enumerate(state_keys):
@@ -248,15 +286,60 @@ def turn_return(
     return [[episode[i] + omega * s for s in step[i]] for i in range(len(turn_rewards))]
 
 
-ESTIMATOR_FUNCS = {
-    "grpo": grpo,
-    "grpo_mr": grpo_mr,
-    "mt_grpo": mt_grpo,
-    "ms_po": ms_po,
-    "mt_grpo_k": mt_grpo_k,
-    "turn_return": turn_return,
+@dataclass(frozen=True)
+class Estimator:
+    """A registered estimator. Adding one means writing its function above and one entry below."""
+
+    func: Callable[..., list[list[float]]]
+    summary: str  # one line for `rlvr train --help` and the docs
+    turn_level: bool = True  # reads turn rewards (False: the outcome reward alone is enough)
+    anchor_states: bool = False  # needs one anchor-state key per turn (state_keys)
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "grpo": Estimator(grpo, "GRPO-OR: the outcome, group-normalised, on every turn", turn_level=False),
+    "grpo_mr": Estimator(grpo_mr, "GRPO-MR: outcome + summed turn rewards as one trajectory reward"),
+    "mt_grpo": Estimator(mt_grpo, "MT-GRPO: turn advantage up to the first tool result, outcome after"),
+    "ms_grpo": Estimator(ms_grpo, "MS-GRPO: MT-GRPO's precursor (no tool result: outcome only)"),
+    "ms_po": Estimator(ms_po, "MS-PO: cumulative turn + discounted outcome up to the first tool result"),
+    "mt_grpo_k": Estimator(mt_grpo_k, "MT-GRPO for K turns (paper Eq. 12), per-turn-index normalisation"),
+    "turn_return": Estimator(turn_return, "discounted turn returns normalised per turn index"),
+    "gigpo": Estimator(gigpo, "GiGPO: episode advantage + anchor-state step advantage", anchor_states=True),
 }
-ESTIMATORS = frozenset(ESTIMATOR_FUNCS)
+_INPUTS = ("turn_rewards", "outcome_rewards", "first_result_turn", "state_keys")
+
+
+def estimator_parameters(name: str) -> dict[str, Any]:
+    """The tunable parameters of an estimator and their defaults (its keyword-only arguments)."""
+    func = _get(name).func
+    return {n: p.default for n, p in inspect.signature(func).parameters.items() if n not in _INPUTS}
+
+
+def merge_params(name: str, environment: Mapping[str, Any], training: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters an estimator runs with: the training settings merged with an environment's defaults.
+
+    The training settings are the single source of the algorithm; an environment may declare defaults that describe
+    it (e.g. `unreached="zero"` when the agent decides when to stop). An environment default the estimator does not
+    take is not for it and is left out; a training setting it does not take is an error; the same parameter with two
+    different values is an error that names both, never a silent override.
+    """
+    accepted = estimator_parameters(name)
+    unknown = sorted(set(training) - set(accepted))
+    if unknown:
+        raise ValueError(f"estimator {name!r} has no parameter(s) {unknown}; it takes {sorted(accepted)}")
+    for key in set(training) & set(environment):
+        if training[key] != environment[key]:
+            raise ValueError(
+                f"credit parameter {key!r}: the training configuration sets {training[key]!r} but the environment's "
+                f"TurnRubric declares {environment[key]!r}; remove one of them (or make them agree)"
+            )
+    return {**{k: v for k, v in environment.items() if k in accepted}, **training}
+
+
+def _get(name: str) -> Estimator:
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
+    return ESTIMATORS[name]
 
 
 def compute_advantages(
@@ -271,28 +354,27 @@ def compute_advantages(
     """Advantages for one group: `advantages[i][k]` for assistant turn k of rollout i.
 
     `params` go to the estimator (e.g. coef, gamma, alpha, omega, unreached, norm, eps, std_floor); an unknown
-    name is an error rather than silently ignored.
+    name is an error rather than silently ignored. `state_keys` (one anchor-state key per turn) are read by the
+    estimators that group by anchor state (gigpo) and ignored by the others.
     """
-    if estimator not in ESTIMATOR_FUNCS:
-        raise ValueError(f"compute_advantages: unknown estimator {estimator!r}; choose one of {sorted(ESTIMATORS)}")
+    spec = _get(estimator)
     _validate(turn_rewards, outcome_rewards, first_result_turn, state_keys)
     turn_rewards = [[float(r) for r in t] for t in turn_rewards]
     outcome_rewards = [float(o) for o in outcome_rewards]
-    func = ESTIMATOR_FUNCS[estimator]
-    if state_keys is not None:
-        if estimator != "turn_return":
-            raise ValueError(
-                f"compute_advantages: state_keys (anchor-state grouping, GiGPO) only apply to 'turn_return', "
-                f"not {estimator!r}; drop state_keys or use estimator='turn_return'"
-            )
-        params["state_keys"] = state_keys
-    accepted = set(inspect.signature(func).parameters) - {"turn_rewards", "outcome_rewards", "first_result_turn"}
-    unknown = set(params) - accepted
+    accepted = estimator_parameters(estimator)
+    unknown = set(params) - set(accepted)
     if unknown:
         raise TypeError(
             f"compute_advantages({estimator!r}): unknown parameter(s) {sorted(unknown)}; it accepts {sorted(accepted)}"
         )
-    return func(turn_rewards, outcome_rewards, first_result_turn, **params)
+    if spec.anchor_states:
+        if state_keys is None:
+            raise ValueError(
+                f"estimator {estimator!r} groups turns by anchor state and needs one state key per turn "
+                "(an environment sets step['extras']['state_key'], as vf-webshop and vf-alfworld do)"
+            )
+        params["state_keys"] = state_keys
+    return spec.func(turn_rewards, outcome_rewards, first_result_turn, **params)
 
 
 def _validate(turn_rewards, outcome_rewards, first_result_turn, state_keys) -> None:

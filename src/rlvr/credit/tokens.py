@@ -1,9 +1,8 @@
 """From per-turn advantages to per-token ones, and the packed token view of one multi-turn rollout.
 
-A rollout's steps are verifiers trajectory steps (dicts): step["tokens"] holds the token ids the server returned
-for that turn ("prompt_ids", "completion_ids", optional "completion_mask" and "completion_logprobs") and
-step["advantage"] the turn's advantage. When every step's prompt ids start with the previous step's prompt ids
-followed by its completion ids, the whole rollout is one token sequence: the last prompt plus the last completion,
+A rollout's turns are `TurnTokens` records (the token ids the server returned for each assistant turn), each with
+the turn's advantage. When every turn's prompt ids start with the previous turn's prompt ids followed by its
+completion ids, the whole rollout is one token sequence: the last prompt plus the last completion,
 in which the tokens between two completions are the environment's (tool results, chat-template glue) and are
 masked out of the loss. When a chat template re-renders the history (strips reasoning, re-tokenises a previous
 turn differently), the prefix breaks and the trainer has to fall back to one sample per step.
@@ -11,7 +10,7 @@ turn differently), the prefix breaks and the trainer has to fall back to one sam
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -28,8 +27,30 @@ def expand_to_tokens(turn_advantages: Sequence[float], turn_lengths: Sequence[in
 
 
 @dataclass(frozen=True)
+class TurnTokens:
+    """The token ids the server returned for one assistant turn (verifiers' `step["tokens"]`).
+
+    prompt_ids is everything the model saw before the turn (the first prompt, earlier turns and the environment's
+    replies); completion_mask (1 = trained) and completion_logprobs (the sampler's) have one entry per completion id.
+    """
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    completion_logprobs: tuple[float, ...]
+    completion_mask: tuple[int, ...]
+
+    def __post_init__(self):
+        n = len(self.completion_ids)
+        if len(self.completion_mask) != n or len(self.completion_logprobs) != n:
+            raise ValueError(
+                f"TurnTokens: {n} completion ids but {len(self.completion_mask)} mask entries and "
+                f"{len(self.completion_logprobs)} logprobs; give one of each per completion id"
+            )
+
+
+@dataclass(frozen=True)
 class TokenView:
-    """One rollout as one sequence. All lists have the same length.
+    """One rollout (or one turn) as one sequence. All lists have the same length.
 
     loss_mask is 1 on tokens the policy generated (and verifiers' completion_mask kept), 0 on prompt and
     environment tokens; advantages and logprobs are 0.0 where the mask is 0; turn_index is the assistant turn a
@@ -44,74 +65,66 @@ class TokenView:
 
 
 class NotPrefixConsistent(ValueError):
-    """The steps of a rollout do not extend each other token by token; `reason` says where and why."""
+    """The turns of a rollout do not extend each other token by token; `reason` says where and why."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
 
 
-def prefix_mismatch(steps: Sequence[Mapping]) -> str | None:
-    """None when the rollout's steps form one token sequence, else the reason they do not."""
-    if not steps:
-        return "the rollout has no steps (no assistant turn was generated)"
+def prefix_mismatch(turns: Sequence[TurnTokens | None]) -> str | None:
+    """None when the rollout's turns form one token sequence, else the reason they do not."""
+    if not turns:
+        return "the rollout has no assistant turn"
     previous: list[int] | None = None
-    for k, step in enumerate(steps):
-        tokens = step.get("tokens")
-        if not tokens or tokens.get("prompt_ids") is None or tokens.get("completion_ids") is None:
+    for k, turn in enumerate(turns):
+        if turn is None:
             return (
-                f"step {k} has no token ids; the rollout server must return them "
+                f"turn {k} has no token ids; the rollout server must return them "
                 "(vLLM: return_token_ids, which `rlvr serve` enables)"
             )
-        prompt = list(tokens["prompt_ids"])
+        prompt = list(turn.prompt_ids)
         if previous is not None:
             if len(prompt) < len(previous):
                 return (
-                    f"step {k}: its prompt has {len(prompt)} tokens, fewer than the {len(previous)} of step {k - 1}'s "
+                    f"turn {k}: its prompt has {len(prompt)} tokens, fewer than the {len(previous)} of turn {k - 1}'s "
                     "prompt + completion: the history was truncated or re-rendered shorter"
                 )
             for pos, (want, got) in enumerate(zip(previous, prompt, strict=False)):
                 if want != got:
                     return (
-                        f"step {k}: prompt token {pos} is {got} where step {k - 1}'s prompt + completion has {want}: "
+                        f"turn {k}: prompt token {pos} is {got} where turn {k - 1}'s prompt + completion has {want}: "
                         "the chat template re-renders earlier turns (e.g. drops reasoning or re-tokenises the "
                         "previous completion), so this history is not one token sequence"
                     )
-        previous = prompt + list(tokens["completion_ids"])
+        previous = prompt + list(turn.completion_ids)
     return None
 
 
-def build_token_view(steps: Sequence[Mapping]) -> TokenView:
-    """Pack a prefix-consistent rollout into one sequence with env tokens masked and per-token advantages.
+def build_token_view(turns: Sequence[TurnTokens], advantages: Sequence[float], first_turn: int = 0) -> TokenView:
+    """Pack a prefix-consistent rollout into one sequence, environment tokens masked, per-token advantages.
 
-    Raises NotPrefixConsistent (with the reason) when the steps do not extend each other, and ValueError when a
-    step has no advantage yet (score the group with TurnRubric first).
+    Turn k's advantage covers exactly the tokens turn k generated (`expand_to_tokens`, with environment tokens in
+    between at 0). `first_turn` numbers the turns when a single turn is packed alone. Raises NotPrefixConsistent
+    (with the reason) when the turns do not extend each other.
     """
-    reason = prefix_mismatch(steps)
+    if len(advantages) != len(turns):
+        raise ValueError(f"build_token_view: {len(advantages)} advantages for {len(turns)} turns; give one per turn")
+    reason = prefix_mismatch(turns)
     if reason is not None:
         raise NotPrefixConsistent(reason)
     input_ids: list[int] = []
     loss_mask: list[int] = []
-    advantages: list[float] = []
+    token_advantages: list[float] = []
     logprobs: list[float] = []
     turn_index: list[int] = []
-    for k, step in enumerate(steps):
-        if step.get("advantage") is None:
-            raise ValueError(f"build_token_view: step {k} has no advantage; score the group (TurnRubric) first")
-        tokens = step["tokens"]
-        completion = list(tokens["completion_ids"])
-        mask = list(tokens.get("completion_mask") or [1] * len(completion))
-        lps = list(tokens.get("completion_logprobs") or [0.0] * len(completion))
-        if len(mask) != len(completion) or len(lps) != len(completion):
-            raise ValueError(
-                f"build_token_view: step {k} has {len(completion)} completion ids but {len(mask)} mask entries "
-                f"and {len(lps)} logprobs"
-            )
-        # The new part of this step's prompt: the first prompt, or the environment's reply to the previous turn.
-        env_part = list(tokens["prompt_ids"])[len(input_ids) :]
-        input_ids += env_part + completion
-        loss_mask += [0] * len(env_part) + [int(m) for m in mask]
-        advantages += [0.0] * len(env_part) + [float(step["advantage"]) * int(m) for m in mask]
-        logprobs += [0.0] * len(env_part) + [float(lp) * int(m) for lp, m in zip(lps, mask, strict=True)]
-        turn_index += [-1] * len(env_part) + [k if m else -1 for m in mask]
-    return TokenView(input_ids, loss_mask, advantages, logprobs, turn_index)
+    for k, (turn, advantage) in enumerate(zip(turns, advantages, strict=True)):
+        # The new part of this turn's prompt: the first prompt, or the environment's reply to the previous turn.
+        env_part = list(turn.prompt_ids)[len(input_ids) :]
+        mask = [int(m) for m in turn.completion_mask]
+        input_ids += env_part + list(turn.completion_ids)
+        loss_mask += [0] * len(env_part) + mask
+        token_advantages += [0.0] * len(env_part) + [float(advantage) * m for m in mask]
+        logprobs += [0.0] * len(env_part) + [float(lp) * m for lp, m in zip(turn.completion_logprobs, mask, strict=True)]
+        turn_index += [-1] * len(env_part) + [first_turn + k if m else -1 for m in mask]
+    return TokenView(input_ids, loss_mask, token_advantages, logprobs, turn_index)

@@ -1,230 +1,271 @@
-"""TurnRubric: per-turn rewards on verifiers trajectory steps, outcome rewards on the rollout, and turn-level
-advantages (rlvr.credit) on every step, where verifiers' trainer reads them (`step["advantage"]`).
+"""TurnRubric: per-turn rewards on verifiers trajectory steps and outcome rewards on the rollout.
+
+A rubric scores; it does not choose the training algorithm. The trainer reads what TurnRubric writes into an
+explicit record (`rlvr.rollouts.Rollout`) and assigns credit with the estimator of its own configuration. An
+environment may declare `credit` defaults that describe the environment (for example `unreached="zero"` when the
+agent decides when to stop), which the trainer merges with its settings (`rlvr.credit.merge_params`).
 
 Why a RubricGroup subclass. verifiers 0.1.9.post3 wraps an environment's rubric with monitor rubrics
 (`Environment.add_rubric`, called by MultiTurnEnv and ToolEnv): a plain rubric becomes the first member of a new
-`RubricGroup`, whose `score_group` runs every member in turn, so `state["advantage"]` ends up written by the last
-member (a monitor, 0.0) while step values keep the first member's. When the environment's rubric already *is* a
-RubricGroup, `add_rubric` appends the monitors to it instead. So TurnRubric is that group: the monitors land in
-`self.rubrics`, TurnRubric scores them first (their rewards join the outcome, their metrics are kept) and then
-writes the rewards and advantages itself, last. Extra rollout-level rubrics (e.g. a JudgeRubric) go in
-`rubrics=[...]` for the same reason; wrapping a TurnRubric in another RubricGroup would let a later member
-overwrite `state["advantage"]` (step values would survive).
+`RubricGroup`, whose `score_group` runs every member in turn and keeps the last member's `state["reward"]`. When the
+environment's rubric already *is* a RubricGroup, `add_rubric` appends the monitors to it instead. So TurnRubric is
+that group: the monitors land in `self.rubrics`, TurnRubric scores them (their rewards join the outcome, their
+metrics are kept) and writes the rewards itself, last. Extra rollout-level rubrics (e.g. a JudgeRubric) go in
+`rubrics=[...]` for the same reason.
+
+A policy in RL writes anything, so scoring is bounded: every reward-function call has a time limit, and a call that
+raises or runs out of time scores 0, is logged, and is counted in the rollout's `reward_errors` metric. A
+synchronous function that hangs keeps running in its worker thread (Python cannot stop a thread); environments
+bound their own work (parse limits, size caps) so that this stays a last line of defence.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
+import math
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from typing import Any
 
 import verifiers as vf
 from verifiers.types import State
-from verifiers.utils.async_utils import maybe_await
 
-from rlvr.credit import ESTIMATORS, compute_advantages
 from rlvr.rubrics.rewards import is_tool_result as default_is_tool_result
 
 logger = logging.getLogger(__name__)
 
+WeightedReward = tuple[Callable[..., Any], float]
+REWARD_ERRORS = "reward_errors"  # metric: reward-function calls of the rollout that raised or timed out
+DEFAULT_TIMEOUT_S = 30.0
 
-def _func_name(func: Callable) -> str:
+
+def reward_name(func: Callable) -> str:
     """A reward function's name; a functools.partial is named after the function it wraps."""
     if isinstance(func, functools.partial):
-        return _func_name(func.func)
+        return reward_name(func.func)
     name = getattr(func, "__name__", None)
-    if not name:
-        raise ValueError(f"reward function {func!r} has no __name__; give it one (metrics are keyed by it)")
+    if not name or name == "<lambda>":
+        raise ValueError(f"reward function {func!r} needs a name (metrics are keyed by it): use a def, not a lambda")
     return name
 
 
-def _named(func: Callable) -> Callable:
-    """verifiers keys metrics by `func.__name__`, which a partial lacks: give it its wrapped function's name."""
-    if isinstance(func, functools.partial) and not hasattr(func, "__name__"):
-        func.__name__ = _func_name(func)  # type: ignore[attr-defined]
-    return func
+def _pairs(pairs: Sequence[WeightedReward] | None, where: str) -> list[WeightedReward]:
+    out = []
+    for i, pair in enumerate(pairs or []):
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise TypeError(f"TurnRubric {where}[{i}] is {pair!r}; give (function, weight) pairs, e.g. [(exact_match, 1.0)]")
+        func, weight = pair
+        if not callable(func):
+            raise TypeError(f"TurnRubric {where}[{i}]: {func!r} is not callable")
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise TypeError(f"TurnRubric {where}[{i}]: weight {weight!r} of {reward_name(func)} must be a finite number")
+        out.append((func, float(weight)))
+    names = [reward_name(f) for f, _ in out]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"TurnRubric {where}: two reward functions are named {duplicates}; rename one")
+    return out
 
 
 class TurnRubric(vf.RubricGroup):
-    """Turn reward functions + outcome reward functions + an advantage estimator.
+    """Turn reward functions and outcome reward functions, each paired with its weight.
 
     turn function:    f(turn, env_reply, answer, state, **kw) -> float, once per assistant turn, with that turn's
                       assistant message(s) and the environment's reply to it ([] after the last turn unless the
                       environment sent a final reply). Also available by name: prompt, completion, task, info,
                       parser, turn_index, step.
-    outcome function: verifiers' usual signature, e.g. g(completion, answer, state, parser, **kw) (sync or async).
+    outcome function: verifiers' signature, g(completion, answer, state, parser, info, ..., **kw) (sync or async).
+    A weight of 0 logs a function as a metric without rewarding it.
     is_tool_result(env_reply) -> bool decides which turn got the first tool result (MT-GRPO's split point).
+    credit: the environment's defaults for credit parameters (see module docstring).
 
     Writes: step["reward"] = sum_j w_j f_j(turn), step["extras"]["turn_rewards"] = {f_j name: value},
     step["extras"]["tool_result"]; state["reward"] = outcome (own outcome functions + other rubrics in the group);
-    state["metrics"]; step["advantage"] from the estimator, and state["advantage"] = the last turn's advantage.
-    With estimator="turn_return", steps whose extras carry "state_key" (set by the environment) are grouped by
-    anchor state (GiGPO).
+    state["metrics"] (every function's value, "turn_reward" = the rollout's summed turn rewards, "reward_errors").
     """
 
     def __init__(
         self,
-        turn_funcs: Sequence[Callable] | None = None,
-        turn_weights: Sequence[float] | None = None,
-        outcome_funcs: Sequence[Callable] | None = None,
-        outcome_weights: Sequence[float] | None = None,
-        estimator: str = "mt_grpo",
-        estimator_params: dict[str, Any] | None = None,
+        turn_rewards: Sequence[WeightedReward] | None = None,
+        outcome_rewards: Sequence[WeightedReward] | None = None,
         parser: vf.Parser | None = None,
         is_tool_result: Callable[[Any], bool] | None = None,
+        credit: Mapping[str, Any] | None = None,
         rubrics: Sequence[vf.Rubric] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ):
         # vf.Rubric.__init__ rather than RubricGroup.__init__, which refuses an empty group: this group starts with
-        # only the rubrics given and fills up with the monitors the environment appends.
-        vf.Rubric.__init__(
-            self,
-            funcs=[_named(f) for f in outcome_funcs or []],
-            weights=list(outcome_weights) if outcome_weights is not None else None,
-            parser=parser,
-        )
+        # only the rubrics given and fills up with the monitors the environment appends. TurnRubric calls its own
+        # functions (below), so verifiers' reward-function lists stay empty.
+        vf.Rubric.__init__(self, parser=parser)
         self.rubrics = list(rubrics or [])
-        self.turn_funcs = list(turn_funcs or [])
-        self.turn_weights = list(turn_weights) if turn_weights is not None else [1.0] * len(self.turn_funcs)
-        if len(self.turn_weights) != len(self.turn_funcs):
-            raise ValueError(
-                f"TurnRubric: {len(self.turn_weights)} turn_weights for {len(self.turn_funcs)} turn_funcs; "
-                "give one weight per turn function (or none for all 1.0)"
-            )
-        for f in [*self.turn_funcs, *self.funcs]:
-            if not callable(f):
-                raise TypeError(f"TurnRubric: reward function {f!r} is not callable")
-        self.turn_names = [_func_name(f) for f in self.turn_funcs]
-        if estimator not in ESTIMATORS:
-            raise ValueError(f"TurnRubric: unknown estimator {estimator!r}; choose one of {sorted(ESTIMATORS)}")
-        self.estimator = estimator
-        self.estimator_params = dict(estimator_params or {})
-        # fail at construction, not mid-training, on a misspelt estimator parameter
-        compute_advantages(estimator, [[0.0]], [0.0], [None], **self.estimator_params)
+        self.turn_rewards = _pairs(turn_rewards, "turn_rewards")
+        self.outcome_rewards = _pairs(outcome_rewards, "outcome_rewards")
+        if not timeout_s > 0:
+            raise ValueError(f"TurnRubric: timeout_s={timeout_s!r} must be > 0 seconds")
+        self.timeout_s = float(timeout_s)
+        _pairs([*self.turn_rewards, *self.outcome_rewards], "turn_rewards + outcome_rewards")  # names unique overall
+        for func, _ in self.outcome_rewards:
+            if self._is_group_func(func):
+                raise TypeError(
+                    f"TurnRubric: {reward_name(func)} scores a whole group (it takes states/completions lists); "
+                    "pass it in rubrics=[vf.Rubric(funcs=[...])] instead"
+                )
+        self.credit = dict(credit or {})
         self.is_tool_result = is_tool_result or default_is_tool_result
 
     # A RubricGroup delegates these to its first member; TurnRubric keeps its own functions.
     def add_reward_func(self, func: Callable, weight: float = 1.0):
-        vf.Rubric.add_reward_func(self, _named(func), weight)
+        self.outcome_rewards = _pairs([*self.outcome_rewards, (func, weight)], "outcome_rewards")
 
     def add_metric(self, func: Callable, weight: float = 0.0):
-        vf.Rubric.add_metric(self, _named(func), weight)
+        self.add_reward_func(func, weight)
 
     def add_class_object(self, name: str, obj: Any):
         vf.Rubric.add_class_object(self, name, obj)
 
     def _get_reward_func_names(self) -> list[str]:
-        return [*self.turn_names, "turn_reward", *vf.Rubric._get_reward_func_names(self), *super()._get_reward_func_names()]
+        own = [reward_name(f) for f, _ in [*self.turn_rewards, *self.outcome_rewards]]
+        return [*own, "turn_reward", *super()._get_reward_func_names()]
 
     def _get_reward_funcs(self) -> list:
-        return [*vf.Rubric._get_reward_funcs(self), *super()._get_reward_funcs()]
+        return [*(f for f, _ in self.outcome_rewards), *super()._get_reward_funcs()]
 
     def _get_reward_weights(self) -> list[float]:
-        return [*vf.Rubric._get_reward_weights(self), *super()._get_reward_weights()]
+        return [*(w for _, w in self.outcome_rewards), *super()._get_reward_weights()]
 
     async def score_rollout(self, state: State, score_sem: AsyncContextManager):
-        """A rollout scored alone is a group of one: rewards as usual, every advantage 0."""
         await self.score_group([state], score_sem=score_sem)
 
     async def score_group(self, states: list[State], score_sem: AsyncContextManager):
         if not states:
             return
-        # Own outcome functions with verifiers' own semantics (individual and group functions, error handling).
-        # It also fills unset step values with rollout-level ones; they are all overwritten below.
-        await vf.Rubric.score_group(self, states, score_sem=score_sem)
-        outcome = [float(s["reward"]) for s in states]
-        metrics = [dict(s["metrics"] or {}) for s in states]
+        start = time.perf_counter()
+        # Other rubrics first (monitors, judges): they write state["reward"] / state["metrics"], which are then
+        # folded into this rollout's own outcome and metrics.
+        extra_reward = [0.0] * len(states)
+        extra_metrics: list[dict[str, float]] = [{} for _ in states]
         for rubric in self.rubrics:
             await rubric.score_group(states, score_sem=score_sem)
             for i, s in enumerate(states):
-                outcome[i] += float(s.get("reward") or 0.0)
+                extra_reward[i] += float(s.get("reward") or 0.0)
                 for key, value in (s.get("metrics") or {}).items():
-                    metrics[i][key] = metrics[i].get(key, 0.0) + value
-
-        start = time.time()
-        first_results = []
-        for i, state in enumerate(states):
-            first_results.append(await self._score_turns(state, metrics[i], score_sem))
-        turn_rewards = [[step["reward"] for step in s["trajectory"]] for s in states]
-        advantages = compute_advantages(
-            self.estimator,
-            turn_rewards,
-            outcome,
-            first_results,
-            state_keys=self._state_keys(states),
-            **self.estimator_params,
-        )
-        scoring_ms = (time.time() - start) * 1000
-        for state, reward, m, adv in zip(states, outcome, metrics, advantages, strict=True):
-            for step, a in zip(state["trajectory"], adv, strict=True):
-                step["advantage"] = a
-            state["reward"] = reward
-            state["advantage"] = adv[-1] if adv else 0.0
-            state["metrics"] = m
+                    extra_metrics[i][key] = extra_metrics[i].get(key, 0.0) + value
+        # Rollouts one after another: at most one synchronous reward function runs at a time (they may share
+        # state such as a search index), unless an earlier one was abandoned after its time limit.
+        for state, reward, metrics in zip(states, extra_reward, extra_metrics, strict=True):
+            errors = [0]
+            turn_totals = await self._score_turns(state, score_sem, errors)
+            outcome = reward
+            for func, weight in self.outcome_rewards:
+                value = await self._call(func, self._outcome_args(state), state, score_sem, errors)
+                metrics[reward_name(func)] = value
+                outcome += weight * value
+            metrics.update(turn_totals)
+            metrics["turn_reward"] = math.fsum(step["reward"] for step in state["trajectory"])
+            metrics[REWARD_ERRORS] = float(errors[0])
+            state["reward"] = outcome
+            state["metrics"] = metrics
+        scoring_ms = (time.perf_counter() - start) * 1000
+        for state in states:
             state["timing"]["scoring_ms"] = state["timing"].get("scoring_ms", 0.0) + scoring_ms
             state["timing"]["total_ms"] = state["timing"].get("total_ms", 0.0) + scoring_ms
 
-    async def _score_turns(self, state: State, metrics: dict[str, float], score_sem) -> int | None:
-        """Score every assistant turn of one rollout; returns the index of the first turn answered by a tool result."""
-        steps = state["trajectory"]
-        first_result = None
-        totals = dict.fromkeys(self.turn_names, 0.0)
-        for k, step in enumerate(steps):
+    async def _score_turns(self, state: State, score_sem, errors: list[int]) -> dict[str, float]:
+        """Score every assistant turn of one rollout; returns each turn function's sum over the turns."""
+        totals = {reward_name(f): 0.0 for f, _ in self.turn_rewards}
+        for k, step in enumerate(state["trajectory"]):
             env_reply = _env_reply(state, k)
+            available = {**self._outcome_args(state), "turn": step["completion"], "env_reply": env_reply,
+                         "turn_index": k, "step": step}
             values = {}
-            for func, name in zip(self.turn_funcs, self.turn_names, strict=True):
-                values[name] = await self._call_turn_func(func, name, state, step, k, env_reply, score_sem)
+            for func, _ in self.turn_rewards:
+                name = reward_name(func)
+                values[name] = await self._call(func, available, state, score_sem, errors, turn=k)
                 totals[name] += values[name]
-            step["reward"] = sum(w * values[n] for n, w in zip(self.turn_names, self.turn_weights, strict=True))
+            step["reward"] = math.fsum(w * values[reward_name(f)] for f, w in self.turn_rewards)
             extras = step.get("extras") or {}
             extras["turn_rewards"] = values
             extras["tool_result"] = bool(self.is_tool_result(env_reply))
             step["extras"] = extras
-            if first_result is None and extras["tool_result"]:
-                first_result = k
-        metrics.update(totals)
-        metrics["turn_reward"] = sum(step["reward"] for step in steps)
-        metrics["first_result_turn"] = -1.0 if first_result is None else float(first_result)
-        return first_result
+        return totals
 
-    async def _call_turn_func(self, func, name, state, step, k, env_reply, score_sem) -> float:
-        available = dict(
-            turn=step["completion"],
-            env_reply=env_reply,
-            answer=state.get("answer", ""),
-            state=state,
-            prompt=state["prompt"],
-            completion=state.get("completion"),
-            task=state.get("task"),
-            info=state.get("info", {}),
-            turn_index=k,
-            step=step,
-            **self.class_objects,
-        )
+    def _outcome_args(self, state: State) -> dict[str, Any]:
+        return {
+            **self.class_objects, "prompt": state["prompt"], "completion": state.get("completion"),
+            "answer": state.get("answer", ""), "state": state, "task": state.get("task"),
+            "info": state.get("info", {}), "parser": self.parser,
+        }
+
+    async def _call(self, func, available: dict, state: State, score_sem, errors: list[int], turn=None) -> float:
+        """One reward-function call, bounded: a failure, a timeout or a non-finite value scores 0 and is counted."""
         params = inspect.signature(func).parameters
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             available = {key: v for key, v in available.items() if key in params}
-        # As verifiers' Rubric does for its reward functions: a function that raises scores 0.0 and is logged,
-        # so one bad rollout does not abort the whole generate() call.
+        where = f"{reward_name(func)}" + (f" on turn {turn}" if turn is not None else "")
+        where += f" (example {state.get('example_id')})"
         try:
             async with score_sem:
-                return float(await maybe_await(func, **available))
-        except Exception as e:
-            logger.error(f"turn reward function {name} failed on turn {k} of example {state.get('example_id')}: {e!r}")
+                if inspect.iscoroutinefunction(func):
+                    value = await asyncio.wait_for(func(**available), self.timeout_s)
+                else:
+                    value = await asyncio.wait_for(_in_daemon_thread(func, available), self.timeout_s)
+            value = float(value)
+        except TimeoutError:
+            logger.error(f"reward function {where} took longer than {self.timeout_s:g} s: scored 0")
+            errors[0] += 1
             return 0.0
+        except Exception as e:  # one bad rollout must not abort the whole generate() call
+            logger.error(f"reward function {where} failed: {e!r}: scored 0")
+            errors[0] += 1
+            return 0.0
+        if not math.isfinite(value):
+            logger.error(f"reward function {where} returned {value!r}: scored 0")
+            errors[0] += 1
+            return 0.0
+        return value
 
-    def _state_keys(self, states: list[State]) -> list[list[Any]] | None:
-        """Anchor-state keys (step["extras"]["state_key"]) for GiGPO grouping: used by "turn_return" when every step
-        has one; the other estimators have no anchor grouping, so environments may set keys regardless."""
-        if self.estimator != "turn_return":
-            return None
-        keys = [[(step.get("extras") or {}).get("state_key") for step in s["trajectory"]] for s in states]
-        if all(key is not None for row in keys for key in row) and any(keys):
-            return keys
-        return None
+
+def _in_daemon_thread(func: Callable, kwargs: dict) -> asyncio.Future:
+    """Run a synchronous reward function in its own daemon thread. Not asyncio.to_thread: a call abandoned after its
+    time limit would keep the default executor busy, and `asyncio.run` (and interpreter exit, for executor threads)
+    waits for those threads; a daemon thread is left behind instead."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            value = func(**kwargs)
+            outcome = functools.partial(future.set_result, value)
+        except BaseException as e:  # handed to the awaiting coroutine, which logs and counts it
+            outcome = functools.partial(future.set_exception, e)
+        try:
+            loop.call_soon_threadsafe(settle, outcome)
+        except RuntimeError:  # the loop closed while an abandoned call was still running
+            pass
+
+    threading.Thread(target=run, name=f"reward-{reward_name(func)}", daemon=True).start()
+    return future
+
+
+def find_turn_rubrics(rubric: vf.Rubric) -> list[TurnRubric]:
+    """Every TurnRubric inside a rubric: itself, the members of a RubricGroup, and the rubrics of an EnvGroup's
+    environments (its EnvGroupRubric keeps them in `env_map`)."""
+    if isinstance(rubric, TurnRubric):
+        return [rubric]
+    found = [t for r in getattr(rubric, "rubrics", None) or [] for t in find_turn_rubrics(r)]
+    for env in (getattr(rubric, "env_map", None) or {}).values():
+        found += find_turn_rubrics(env.rubric)
+    return found
 
 
 def _env_reply(state: State, k: int):
