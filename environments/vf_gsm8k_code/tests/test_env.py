@@ -81,7 +81,6 @@ def test_sandbox_failure_becomes_a_verifiers_error(tmp_path):
         ({"protocol": "json"}, "unknown protocol 'json'"),
         ({"max_turns": 0}, "max_turns must be >= 1"),
         ({"sandbox": {"timeout": -1}}, "SandboxConfig.timeout"),
-        ({"estimator": "nope"}, "unknown estimator 'nope'"),
     ],
 )
 def test_bad_arguments_are_explained(kwargs, message):

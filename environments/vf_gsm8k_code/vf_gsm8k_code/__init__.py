@@ -27,8 +27,6 @@ def load_environment(
     num_eval_examples: int = 100,
     seed: int = 0,
     data_path: str | None = None,
-    estimator: str = "mt_grpo",
-    estimator_params: dict[str, Any] | None = None,
     sandbox: dict[str, Any] | None = None,
     **kwargs,
 ) -> vf.Environment:
@@ -43,10 +41,8 @@ def load_environment(
 
     parser = vf.XMLParser(["code", "answer"], answer_field="answer")
     rubric = TurnRubric(
-        turn_funcs=[code_execution_reward],
-        outcome_funcs=[correct_answer_reward],
-        estimator=estimator,
-        estimator_params=estimator_params,
+        turn_rewards=[(code_execution_reward, 1.0)],
+        outcome_rewards=[(correct_answer_reward, 1.0)],
         parser=parser,
     )
     common = dict(

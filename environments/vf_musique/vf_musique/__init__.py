@@ -95,8 +95,6 @@ def load_environment(
     world_seed: int = 0,
     num_entities: int = 300,
     turn_weight: float = 0.5,
-    estimator: str = "mt_grpo",
-    estimator_params: dict | None = None,
     **kwargs,
 ) -> vf.Environment:
     if dataset not in DATASETS:
@@ -130,20 +128,16 @@ def load_environment(
     # Reward: hop-weighted answer + citation F1 (weight 1), turn reward for newly retrieved supporting
     # paragraphs (turn_weight); EM, F1, retrieval and citation precision/recall are metrics (weight 0).
     rubric = TurnRubric(
-        turn_funcs=[new_supporting_retrieved],
-        turn_weights=[turn_weight],
-        outcome_funcs=[
-            hop_weighted_reward,
-            exact_match,
-            token_f1,
-            retrieval_recall,
-            retrieval_precision,
-            citation_precision,
-            citation_recall,
+        turn_rewards=[(new_supporting_retrieved, turn_weight)],
+        outcome_rewards=[
+            (hop_weighted_reward, 1.0),
+            (exact_match, 0.0),
+            (token_f1, 0.0),
+            (retrieval_recall, 0.0),
+            (retrieval_precision, 0.0),
+            (citation_precision, 0.0),
+            (citation_recall, 0.0),
         ],
-        outcome_weights=[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-        estimator=estimator,
-        estimator_params=estimator_params or {},
         parser=parser,
     )
     return MusiqueEnv(

@@ -20,6 +20,7 @@ from vf_triviaqa_search.rewards import contains_alias, normalize_triviaqa, xml_t
 
 from rlvr.data.factworld import FactWorld
 from rlvr.retrieval import BM25Retriever
+from rlvr.rollouts import assign_advantages, from_state, group_by_example
 
 # The environment's defaults, so the scripted oracle can look facts up in the same world.
 WORLD = dict(world_seed=0, num_entities=300)
@@ -90,6 +91,17 @@ def turn_rewards(state) -> list[float]:
     return [step["reward"] for step in state["trajectory"]]
 
 
+def mt_grpo_advantages(states) -> dict[str, tuple[float, ...]]:
+    """trajectory id -> per-turn MT-GRPO advantages, computed per group as the trainer does (rlvr.rollouts)."""
+    records = {s["trajectory_id"]: from_state(s) for s in states}
+    ids = {id(r): t for t, r in records.items()}
+    out = {}
+    for group in group_by_example(list(records.values())):
+        for before, after in zip(group, assign_advantages(group, "mt_grpo", {}), strict=True):
+            out[ids[id(before)]] = after.advantages
+    return out
+
+
 # ---- rewards of whole rollouts ----------------------------------------------------------------------------
 
 
@@ -106,7 +118,7 @@ def test_perfect_xml_policy_gets_the_maximum_reward(tmp_path):
         result = state["completion"][1]["content"]
         assert result.startswith("<result>\n") and state["answer"] in result
     # Identical rollouts of a prompt carry no learning signal: every advantage is 0.
-    assert all(step["advantage"] == pytest.approx(0.0) for s in out["state"] for step in s["trajectory"])
+    assert all(a == pytest.approx(0.0) for adv in mt_grpo_advantages(out["state"]).values() for a in adv)
     # The XML protocol keeps its stop strings in the output, whatever the caller's sampling arguments.
     assert all(r["stop"] == ["</tool>", "</answer>"] for r in client.requests)
     assert all(r["extra_body"]["include_stop_str_in_output"] is True for r in client.requests)
@@ -139,7 +151,9 @@ def test_searching_beats_guessing_in_advantage(tmp_path):
     searched = [s for s in out["state"] if len(s["trajectory"]) == 2]
     guessed = [s for s in out["state"] if len(s["trajectory"]) == 1]
     assert searched and guessed
-    assert min(s["trajectory"][0]["advantage"] for s in searched) > max(s["trajectory"][0]["advantage"] for s in guessed)
+    advantages = mt_grpo_advantages(out["state"])
+    first_turn = {t: adv[0] for t, adv in advantages.items()}
+    assert min(first_turn[s["trajectory_id"]] for s in searched) > max(first_turn[s["trajectory_id"]] for s in guessed)
 
 
 def test_only_the_first_search_result_is_rewarded(tmp_path):
@@ -395,7 +409,7 @@ def test_perfect_search_tag_policy_gets_the_maximum_reward(tmp_path):
         assert turn_rewards(state) == pytest.approx([0.7, 0.0])  # 0.2 tool success + 0.5 answer in the result
         assert reward == pytest.approx(1.9)  # 0.5 contains + 1.0 exact + 0.2 format + 0.2 tags
         assert state["completion"][1]["content"].startswith("<result>\n")
-        assert state["metrics"]["first_result_turn"] == 0
+        assert from_state(state).first_result_turn == 0
     assert all(r["stop"] == ["</search>", "</answer>"] for r in client.requests)
     prompt = out["prompt"][0]
     assert prompt[2]["content"] == "<search>Velmora</search>"  # the few-shot example sits before the question

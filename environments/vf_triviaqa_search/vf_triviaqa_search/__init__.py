@@ -117,8 +117,6 @@ def load_environment(
     world_seed: int = 0,
     num_entities: int = 300,
     relations: list[str] | None = None,
-    estimator: str = "mt_grpo",
-    estimator_params: dict | None = None,
     **kwargs,
 ) -> vf.Environment:
     if dataset not in DATASETS:
@@ -165,12 +163,10 @@ def load_environment(
               "search": search_parser}[protocol]()
     tool_tag, tags = ("search", SEARCH_TAGS) if protocol == "search" else ("tool", XML_TAGS)
     rubric = TurnRubric(
-        turn_funcs=[partial(tool_execution_reward, scale=1.0, tool_tag=tool_tag), answer_in_first_search_result],
-        turn_weights=[0.2, 0.5],
-        outcome_funcs=[answer_contains_alias, exact_match, xml_format_reward, partial(xml_tag_reward, tags=tags)],
-        outcome_weights=[0.5, 1.0, 0.2, 0.2],
-        estimator=estimator,
-        estimator_params=estimator_params or {},
+        turn_rewards=[(partial(tool_execution_reward, scale=1.0, tool_tag=tool_tag), 0.2),
+                      (answer_in_first_search_result, 0.5)],
+        outcome_rewards=[(answer_contains_alias, 0.5), (exact_match, 1.0), (xml_format_reward, 0.2),
+                         (partial(xml_tag_reward, tags=tags), 0.2)],
         parser=parser,
     )
 

@@ -65,7 +65,7 @@ def expert_policy(goals_by_instruction):
 
 
 def test_expert_rollouts_through_verifiers():
-    env = load_environment(num_eval_examples=4, estimator="turn_return")
+    env = load_environment(num_eval_examples=4)
     goals = {g["instruction_text"]: g for g in (json.loads(r["info"])["goal"] for r in env.eval_dataset)}
     client = ScriptedClient(expert_policy(goals))
     out = asyncio.run(env.evaluate(client, "expert", num_examples=4, rollouts_per_example=2))
@@ -82,7 +82,6 @@ def test_expert_rollouts_through_verifiers():
         assert turn[0]["search_hit"] == 1.0  # the expert's own product is on the first results page
         assert any(t["target_click"] == 1.0 for t in turn)
         assert all(t["valid_action"] == 1.0 for t in turn)
-        assert all(isinstance(s["advantage"], float) for s in steps)
 
 
 def test_invalid_replies_run_to_max_turns_without_crashing():
@@ -93,7 +92,7 @@ def test_invalid_replies_run_to_max_turns_without_crashing():
     for state in out["state"]:
         assert state["stop_condition"] == "max_turns_reached" and len(state["trajectory"]) == 4
         assert [s["extras"]["webshop"]["state_key"] for s in state["trajectory"]] == ["search"] * 4
-        assert "state_key" not in state["trajectory"][0]["extras"]  # only for estimator="turn_return"
+        assert [s["extras"]["state_key"] for s in state["trajectory"]] == ["search"] * 4  # on every step, always
         assert all(s["extras"]["turn_rewards"]["valid_action"] == 0.0 for s in state["trajectory"])
         assert state["completion"][1]["content"].startswith("Invalid action ''")
 

@@ -53,11 +53,9 @@ class WebShopEnv(vf.MultiTurnEnv):
     """Each assistant turn is executed as soon as it is generated (add_trajectory_step), so that the last turn
     before max_turns still acts (a purchase there counts), and the step records where it was taken."""
 
-    def __init__(self, shop: Shop, anchor_state_keys: bool = False, **kwargs):
+    def __init__(self, shop: Shop, **kwargs):
         super().__init__(**kwargs)
         self.shop = shop
-        # TurnRubric hands extras["state_key"] to the estimator, and only "turn_return" accepts state keys
-        self.anchor_state_keys = anchor_state_keys
 
     async def setup_state(self, state: State) -> State:
         state["webshop_session"] = Session(self.shop, state["info"]["goal"])
@@ -70,9 +68,8 @@ class WebShopEnv(vf.MultiTurnEnv):
         action = parse_agent_action(reply)
         anchor = session.state_key()  # the page this action was chosen on
         result = session.step(action)
-        # the anchor state (page the action was chosen on) for GiGPO-style grouping in turn-level estimators
-        if self.anchor_state_keys:
-            trajectory_step["extras"]["state_key"] = anchor
+        # the anchor state (page the action was chosen on) for GiGPO's anchor-state grouping
+        trajectory_step["extras"]["state_key"] = anchor
         trajectory_step["extras"]["webshop"] = {
             "state_key": anchor,
             "action": action,
@@ -165,8 +162,6 @@ def load_environment(
     max_turns: int = 15,
     num_train_examples: int = -1,
     num_eval_examples: int = 100,
-    estimator: str = "mt_grpo",
-    estimator_params: dict | None = None,
     turn_weights: tuple[float, float, float] = (0.0, 0.1, 0.1),
     bm25_backend: str = "bm25s",
     **kwargs,
@@ -204,12 +199,8 @@ def load_environment(
         )
 
     rubric = TurnRubric(
-        turn_funcs=make_turn_funcs(shop),
-        turn_weights=list(turn_weights),
-        outcome_funcs=[purchase_reward, success],
-        outcome_weights=[1.0, 0.0],
-        estimator=estimator,
-        estimator_params=estimator_params or {},
+        turn_rewards=list(zip(make_turn_funcs(shop), turn_weights, strict=True)),
+        outcome_rewards=[(purchase_reward, 1.0), (success, 0.0)],
         is_tool_result=lambda env_reply: bool(env_reply),  # every shop page answers the previous action
     )
     return WebShopEnv(
@@ -218,7 +209,6 @@ def load_environment(
         eval_dataset=rows(eval_goals),
         system_prompt=SYSTEM_PROMPT,
         rubric=rubric,
-        anchor_state_keys=estimator == "turn_return",
         max_turns=max_turns,
         **kwargs,
     )
