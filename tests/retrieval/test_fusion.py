@@ -4,7 +4,6 @@ from hypothesis import strategies as st
 
 from rlvr.retrieval import (
     Document,
-    GoldenRetriever,
     Hit,
     HybridRetriever,
     min_max_normalize,
@@ -92,11 +91,3 @@ def test_hybrid_rrf_and_weighted_orders():
     with pytest.raises(ValueError, match="dense_weight must be in"):
         HybridRetriever(sparse, dense, fusion="weighted", dense_weight=1.5)
 
-
-def test_golden_returns_the_supporting_documents_in_corpus_order():
-    docs = [Document(str(i), f"T{i}", f"text {i}") for i in range(5)]
-    golden = GoldenRetriever(docs, supporting_ids=["3", "1"])
-    assert [h.doc.id for h in golden.search("anything", 10)] == ["1", "3"]
-    assert [h.doc.id for h in golden.search("anything", 1)] == ["1"]
-    with pytest.raises(ValueError, match=r"supporting ids \['9'\] are not among the 5 documents"):
-        GoldenRetriever(docs, supporting_ids=["9"])
