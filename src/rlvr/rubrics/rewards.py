@@ -1,15 +1,13 @@
-"""Reward functions shared by the environments.
+"""Reward functions and answer metrics shared by the environments (each is used by at least one of them).
 
-Turn functions (TurnRubric's turn_funcs) take `(turn, env_reply, answer, state, **kw)`: the assistant message(s)
-of one turn and the environment's reply to it. Outcome functions take verifiers' usual `(completion, answer, ...)`.
-Parameters (scale, tags, weights) are keyword arguments with the original values as defaults: bind others with
-functools.partial (TurnRubric names a partial after the function it wraps).
+Turn functions (TurnRubric's `turn_rewards`) take `(turn, env_reply, answer, state, **kw)`: the assistant
+message(s) of one turn and the environment's reply to it. Outcome functions take verifiers' usual
+`(completion, answer, ...)`. Parameters (scale, tags) are keyword arguments with the original values as defaults:
+bind others with functools.partial (TurnRubric names a partial after the function it wraps).
 
 Sources: the MT-GRPO paper's TriviaQA rubric (SiliangZeng/Multi-Turn-RL-Agent, verifiers/rubrics/
-triviaqa_tool_rubric.py: tool_execution_reward_func 0.2 x successful/attempted, exist_answer_in_search_results 0.5,
-exact_match 1.0) and the SQuAD v1.1 evaluation script for normalisation and token F1. The original functions are
-trajectory-level; as turn functions they score one turn, so on a rollout with a single tool turn (the paper's
-setting, max_steps=2) the sum over turns equals the original value.
+triviaqa_tool_rubric.py: tool_execution_reward_func 0.2 x successful/attempted) and the SQuAD v1.1 evaluation
+script for normalisation and token F1 (vf-musique's answer metrics).
 """
 
 from __future__ import annotations
@@ -22,28 +20,31 @@ from typing import Any
 
 import verifiers as vf
 
-Message = dict[str, Any]
+from rlvr.rubrics.parsing import Message, message_text, tagged
+
 RESULT_TAGS = ("result", "output")
-
-
-def message_text(message: Message | str) -> str:
-    """The text of a chat message (string content or the text parts of a content list)."""
-    if isinstance(message, str):
-        return message
-    content = message.get("content") or ""
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+_PUNCTUATION = frozenset(string.punctuation)
 
 
 def _messages(messages: Sequence[Message] | str) -> list[Message | str]:
     return [messages] if isinstance(messages, str) else list(messages)
 
 
-def tagged(text: str, tag: str) -> str | None:
-    """Content of the first <tag>...</tag> in text, stripped; None when absent."""
-    match = re.search(rf"<{tag}>\s*(.*?)\s*</{tag}>", text, re.DOTALL)
-    return match.group(1) if match else None
+def earlier_turns(step: dict | None, prompt: Sequence[Message] | None) -> list[tuple[list[Message], list[Message]]]:
+    """The (assistant messages, environment reply) of every turn before `step`, read from the step's prompt (the
+    rollout's prompt followed by the conversation so far). Turn functions use it to score a turn against the
+    rollout's history; without a step (a function called on its own) there is none."""
+    if step is None or prompt is None or not isinstance(step.get("prompt"), list):
+        return []
+    turns: list[tuple[list[Message], list[Message]]] = []
+    for message in step["prompt"][len(prompt) :]:
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            if not turns or turns[-1][1]:
+                turns.append(([], []))
+            turns[-1][0].append(message)
+        elif turns:
+            turns[-1][1].append(message)
+    return turns
 
 
 def is_tool_result(env_reply: Sequence[Message] | str, tags: Iterable[str] = RESULT_TAGS) -> bool:
@@ -81,7 +82,7 @@ def tool_results(env_reply: Sequence[Message] | str, tags: Iterable[str] = RESUL
 def normalize_answer(s: str) -> str:
     """Lower case, drop punctuation, the articles a/an/the and extra whitespace (SQuAD v1.1 normalize_answer)."""
     s = s.lower()
-    s = "".join(ch for ch in s if ch not in set(string.punctuation))
+    s = "".join(ch for ch in s if ch not in _PUNCTUATION)
     s = re.sub(r"\b(a|an|the)\b", " ", s)
     return " ".join(s.split())
 
@@ -121,45 +122,16 @@ def token_f1_score(prediction: str | None, answer: Any) -> float:
     return best
 
 
-def _final_answer(completion, parser: vf.Parser | None) -> str | None:
-    if parser is None:
-        raise ValueError("no parser given: pass the rubric's parser (TurnRubric(parser=...)) to parse the final answer")
-    return parser.parse_answer(completion)
-
-
-def exact_match(completion, answer, parser: vf.Parser | None = None, *, weight: float = 1.0, **kwargs) -> float:
-    """Outcome reward: `weight` if the parsed final answer matches an alias after SQuAD normalisation.
-
-    `parser` is the rubric's parser (verifiers passes it to reward functions that ask for it)."""
-    return weight * exact_match_score(_final_answer(completion, parser), answer)
-
-
-def token_f1(completion, answer, parser: vf.Parser | None = None, *, weight: float = 1.0, **kwargs) -> float:
-    """Outcome reward: `weight` x the best SQuAD token F1 between the parsed final answer and the aliases."""
-    return weight * token_f1_score(_final_answer(completion, parser), answer)
-
-
 # --- turn rewards ---
 
 
-def tool_execution_reward(
-    turn,
-    env_reply,
-    *,
-    scale: float = 0.2,
-    tool_tag: str = "tool",
-    error_prefixes: Sequence[str] = ("Error:",),
-    **kwargs,
-) -> float:
-    """Turn reward: scale x successful / attempted tool calls of this turn (0 when the turn called no tool).
-
-    Original: `0.2 * (successful / tool_attempts)` with success = a <result> that does not start with "Error:"
-    (Multi-Turn-RL-Agent, triviaqa_tool_rubric.py, tool_execution_reward_func). A call counts as attempted only
-    when the environment replied to it, as there. Native calls are the assistant's `tool_calls`, answered by "tool"
-    messages; an XML call is a <tool_tag> block answered by a <result>/<output> user message. Give ToolEnv an
-    error_formatter that starts with one of `error_prefixes` so that failures are recognisable.
-    Parameterise with functools.partial, e.g. partial(tool_execution_reward, scale=1.0).
-    """
+def tool_calls_made(
+    turn, env_reply, *, tool_tag: str = "tool", error_prefixes: Sequence[str] = ("Error:",)
+) -> tuple[int, int]:
+    """(attempted, successful) tool calls of one turn. A call counts as attempted only when the environment replied
+    to it, and succeeded when its result is not empty and does not start with one of `error_prefixes`
+    (Multi-Turn-RL-Agent, triviaqa_tool_rubric.py). Native calls are the assistant's `tool_calls`, answered by
+    "tool" messages; an XML call is a <tool_tag> block answered by a <result>/<output> user message."""
     native_calls = sum(len(m.get("tool_calls") or []) for m in _messages(turn) if isinstance(m, dict))
     replies = _messages(env_reply)
     if native_calls:
@@ -170,29 +142,51 @@ def tool_execution_reward(
         attempted = 1 if wrote_call and replies else 0
         # an XML turn makes one call; a reply without a <result> is a failed call (e.g. a parse error message)
         results = tool_results(replies)[:1]
-    if attempted == 0:
-        return 0.0
-    successful = sum(1 for r in results[:attempted] if r.strip() and not r.lstrip().startswith(tuple(error_prefixes)))
-    return scale * successful / attempted
+    prefixes = tuple(error_prefixes)
+    successful = sum(1 for r in results[:attempted] if r.strip() and not r.lstrip().startswith(prefixes))
+    return attempted, successful
 
 
-def answer_in_search_results(env_reply, answer, *, reward: float = 0.5, **kwargs) -> float:
-    """Turn reward: `reward` when an answer alias occurs (case-insensitive) in this turn's tool results.
+def tool_execution_reward(
+    turn,
+    env_reply,
+    step: dict | None = None,
+    prompt: list | None = None,
+    *,
+    scale: float = 0.2,
+    tool_tag: str = "tool",
+    error_prefixes: Sequence[str] = ("Error:",),
+    **kwargs,
+) -> float:
+    """Turn reward: what this turn adds to the rollout's tool-execution score, scale x successful / attempted.
 
-    Original: 0.5 if any `str(a).lower() in search_result.lower()` (triviaqa_tool_rubric.py,
-    exist_answer_in_search_results).
+    The original is trajectory-level, `0.2 * (successful / tool_attempts)` over the whole rollout
+    (Multi-Turn-RL-Agent, triviaqa_tool_rubric.py, tool_execution_reward_func). As a turn function it is the change
+    this turn makes to that ratio over the turns so far (the earlier ones are read from `step`'s prompt), so a
+    rollout's turn rewards sum to the original value: in the paper's setting (one tool turn) that is the turn's own
+    ratio, and repeating calls over more turns cannot earn more than `scale` in total (issue 21). A failed call
+    after a successful one lowers the ratio, so that turn's reward is negative; every turn lies in [-scale, scale].
+    Called without `step` (on one turn alone) it is that turn's ratio. Give a ToolEnv an error_formatter that starts
+    with one of `error_prefixes` so that failures are recognisable. Parameterise with functools.partial, e.g.
+    partial(tool_execution_reward, scale=1.0).
     """
-    text = "\n".join(tool_results(env_reply)).lower()
-    if not text:
-        return 0.0
-    return reward if any(a.lower() in text for a in _aliases(answer) if a) else 0.0
+    counts = dict(tool_tag=tool_tag, error_prefixes=error_prefixes)
+    history = [tool_calls_made(t, r, **counts) for t, r in earlier_turns(step, prompt)]
+    attempted_before, successful_before = sum(a for a, _ in history), sum(s for _, s in history)
+    attempted, successful = tool_calls_made(turn, env_reply, **counts)
+
+    def score(successful: int, attempted: int) -> float:
+        return scale * successful / attempted if attempted else 0.0
+
+    after = score(successful_before + successful, attempted_before + attempted)
+    return after - score(successful_before, attempted_before)
 
 
-def xml_format_reward(completion, parser: vf.Parser | None = None, *, weight: float = 1.0, **kwargs) -> float:
-    """Outcome reward: `weight` x verifiers' XMLParser format score (mean over assistant messages, in [0, 1])."""
+def xml_format_reward(completion, parser: vf.Parser | None = None, **kwargs) -> float:
+    """Outcome reward: verifiers' XMLParser format score (mean over assistant messages, in [0, 1])."""
     if not isinstance(parser, vf.XMLParser):
         raise ValueError(
             f"xml_format_reward needs the rubric's parser to be a verifiers XMLParser, got {type(parser).__name__}; "
-            "create TurnRubric(parser=vf.XMLParser([...]))"
+            "create TurnRubric(parser=XMLParser([...])) (rlvr.rubrics.parsing)"
         )
-    return weight * parser.get_format_reward_func()(completion)
+    return parser.get_format_reward_func()(completion)
