@@ -1,6 +1,6 @@
 """Rollout throughput of `rlvr serve` against plain vLLM, and CPU weight-sync time, measured in one run.
 
-Both servers run at once with the same vLLM flags (`rlvr.serve.server.vllm_argv`: same model, KV cache size,
+Both servers run at once with the same vLLM flags (`rlvr.serve.options.vllm_argv`: same model, KV cache size,
 --enforce-eager on CPU, hermes tool parser); plain vLLM is `python -m vllm.entrypoints.openai.api_server`.
 The rounds alternate between the two (rlvr, plain, rlvr, plain, ...) so that load from other processes on a
 shared CPU falls on both alike. A round sends --num-prompts chat requests, --concurrency at a time, each
@@ -31,7 +31,7 @@ from rlvr import models
 from rlvr.io import atomic_write_json
 from rlvr.serve import CPUWeightSyncClient, launch
 from rlvr.serve.launch import default_log_file, free_port, launcher_env, serve_process
-from rlvr.serve.server import ServeOptions, vllm_argv
+from rlvr.serve.options import ServeOptions, vllm_argv
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = [

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,23 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load, load_file
 
+from rlvr.serve.admin import AdminTokenMiddleware
 from rlvr.serve.client import (
     CPUWeightSyncClient,
     prepare_state_dict,
     serialize_state_dict,
     write_weights_file,
 )
-from rlvr.serve.server import (
-    ADMIN_HEADER,
-    ADMIN_PATHS,
-    AdminTokenMiddleware,
-    ServeError,
-    WeightsPathError,
-    is_loopback,
-    parse_args,
-    vllm_argv,
-    weights_file,
-)
+from rlvr.serve.cpu_routes import WeightsPathError, weights_file
+from rlvr.serve.options import ServeError, parse_args, vllm_argv
+from rlvr.serve.protocol import ADMIN_HEADER, ADMIN_PATHS, is_loopback
 
 
 @pytest.mark.parametrize(
@@ -229,3 +224,13 @@ def test_allow_weights_dir_must_exist(tmp_path):
     assert options.weights_dirs == (tmp_path,) and passthrough == []
     with pytest.raises(ServeError, match="--allow-weights-dir"):
         parse_args(["--model", "tiny-random", "--allow-weights-dir", str(tmp_path / "missing")])
+
+
+def test_the_client_side_imports_neither_fastapi_nor_vllm():
+    """A trainer imports rlvr.serve (client, launch, protocol) without the server's dependencies."""
+    code = (
+        "import sys, rlvr.serve, rlvr.serve.protocol, rlvr.serve.client, rlvr.serve.launch; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'fastapi', 'starlette', 'vllm', 'uvicorn'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -1,11 +1,12 @@
 """The rollout server: vLLM's OpenAI server with verifiers' weight-sync protocol and a CPU weight-sync transport.
 
-Importing this package does not import vLLM (the server runs in its own process).
+Importing this package imports neither vLLM nor FastAPI (the server runs in its own process); the names a
+client needs (routes, admin header) are in `rlvr.serve.protocol`.
 """
 
 from rlvr.serve.client import CPUWeightSyncClient, WeightSyncError
 from rlvr.serve.launch import ServeLaunchError, Server, launch, servers_started_by
-from rlvr.serve.server import ADMIN_HEADER, ADMIN_TOKEN_ENV
+from rlvr.serve.protocol import ADMIN_HEADER, ADMIN_TOKEN_ENV
 
 __all__ = [
     "ADMIN_HEADER",

@@ -22,11 +22,13 @@ import httpx
 import torch
 from safetensors.torch import save, save_file
 
-from rlvr.serve.server import (
+from rlvr.serve.protocol import (
     ADMIN_HEADER,
     ADMIN_TOKEN_ENV,
     CPU_UPDATE_FROM_PATH,
     CPU_UPDATE_PATH,
+    REASON_NOT_ALLOWED,
+    REASON_NOT_FOUND,
     WEIGHTS_DIR_PREFIX,
     is_loopback,
 )
@@ -34,7 +36,7 @@ from rlvr.serve.server import (
 TRANSPORTS = ("auto", "file", "http")
 # Server refusals of a path after which "auto" sends the bytes instead: the server cannot see the client's file
 # (another container or filesystem, a different temp dir).
-FALLBACK_REASONS = frozenset({"not_found", "not_allowed"})
+FALLBACK_REASONS = frozenset({REASON_NOT_FOUND, REASON_NOT_ALLOWED})
 # Room left on /dev/shm beyond the file itself before the client prefers it (the safetensors header and slack).
 SHM_MARGIN_BYTES = 64 * 2**20
 
@@ -87,7 +89,7 @@ def default_shared_root(nbytes: int) -> Path:
 def write_weights_file(tensors: Mapping[str, torch.Tensor], root: Path) -> Path:
     """Write `tensors` as `<root>/rlvr-weights-<uuid>/weights.safetensors`; the caller removes the directory.
 
-    The directory is created 0700 by this user, which the server requires (`rlvr.serve.server.weights_file`).
+    The directory is created 0700 by this user, which the server requires (`rlvr.serve.cpu_routes.weights_file`).
     The file appears under its final name only once complete (written under another name, then renamed). No
     fsync: the file lives for one load and a crash loses nothing worth keeping.
     """

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from rlvr.serve.server import ADMIN_TOKEN_ENV
+from rlvr.serve.protocol import ADMIN_TOKEN_ENV
 
 OWNER_ENV = "RLVR_SERVE_OWNER"
 LOG_TAIL_LINES = 60

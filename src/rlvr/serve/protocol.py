@@ -1,0 +1,79 @@
+"""What a client of `rlvr serve` needs to know: routes, the admin header, the weight-file layout, loopback.
+
+Imports neither FastAPI nor vLLM nor torch, so a trainer's client (`rlvr.serve.client`) and the launcher load
+without the server's dependencies. The server's route modules (`nccl_routes`, `cpu_routes`) import these names.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+# Admin token: required on the weight-changing routes when the server binds a non-loopback address.
+ADMIN_HEADER = "X-RLVR-Admin-Token"
+ADMIN_TOKEN_ENV = "RLVR_ADMIN_TOKEN"
+
+# verifiers 0.1.9.post3's weight-sync protocol (verifiers/rl/inference/server.py), same paths and shapes.
+WORLD_SIZE_PATH = "/get_world_size"
+INIT_COMMUNICATOR_PATH = "/init_communicator"
+UPDATE_NAMED_PARAM_PATH = "/update_named_param"
+RESET_PREFIX_CACHE_PATH = "/reset_prefix_cache"
+NUM_BACKGROUND_TASKS_PATH = "/get_num_background_tasks"
+CLOSE_COMMUNICATOR_PATH = "/close_communicator"
+NCCL_PATHS = (INIT_COMMUNICATOR_PATH, UPDATE_NAMED_PARAM_PATH, CLOSE_COMMUNICATOR_PATH)
+
+# rlvr's CPU transport: the body is a safetensors file (http), or {"path": ...} of one on this machine (file).
+CPU_UPDATE_PATH = "/rlvr/update_weights"
+CPU_UPDATE_FROM_PATH = "/rlvr/update_weights_from_path"
+# The file transport's directories are named rlvr-weights-<uuid> (CPUWeightSyncClient creates them, 0700).
+WEIGHTS_DIR_PREFIX = "rlvr-weights-"
+# `"reason"` of a 400 from CPU_UPDATE_FROM_PATH. The first two mean the server cannot see or will not read the
+# client's file (another container, another temp dir): a client may then send the bytes instead.
+REASON_NOT_FOUND = "not_found"
+REASON_NOT_ALLOWED = "not_allowed"
+REASON_BAD_REQUEST = "bad_request"
+
+# Routes that change weights or engine state. Without a loopback bind they need the admin token. The vLLM ones
+# are only mounted in some configurations (dev mode, runtime LoRA, elastic EP); guarding an absent path is harmless.
+ADMIN_PATHS = frozenset(
+    {
+        CPU_UPDATE_PATH,
+        CPU_UPDATE_FROM_PATH,
+        *NCCL_PATHS,
+        RESET_PREFIX_CACHE_PATH,
+        "/reset_mm_cache",
+        "/reset_encoder_cache",
+        "/collective_rpc",
+        "/sleep",
+        "/wake_up",
+        "/pause",
+        "/resume",
+        "/abort_requests",
+        "/inference/v1/abort_requests",
+        "/init_weight_transfer_engine",
+        "/shutdown_weight_transfer_engine",
+        "/start_weight_update",
+        "/start_draft_weight_update",
+        "/update_weights",
+        "/finish_weight_update",
+        "/update_weight_version",
+        "/scale_elastic_ep",
+        "/v1/load_lora_adapter",
+        "/v1/unload_lora_adapter",
+    }
+)
+
+
+def is_loopback(host: str | None) -> bool:
+    """True when every address `host` resolves to is a loopback address ("" / None / 0.0.0.0 = all interfaces)."""
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
