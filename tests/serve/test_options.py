@@ -22,6 +22,7 @@ from rlvr.serve.client import (
     write_weights_file,
 )
 from rlvr.serve.cpu_routes import WeightsPathError, weights_file
+from rlvr.serve.launch import dtype_args
 from rlvr.serve.options import ServeError, parse_args, vllm_argv
 from rlvr.serve.protocol import ADMIN_HEADER, ADMIN_PATHS, is_loopback
 
@@ -234,3 +235,14 @@ def test_the_client_side_imports_neither_fastapi_nor_vllm():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_launch_dtype_becomes_the_vllm_flag():
+    assert dtype_args(None, []) == []
+    assert dtype_args(torch.float32, []) == ["--dtype", "float32"]
+    assert dtype_args(torch.bfloat16, ["--seed", "1"]) == ["--dtype", "bfloat16"]
+    assert dtype_args("auto", []) == ["--dtype", "auto"]
+    with pytest.raises(ValueError, match="one of auto, half"):
+        dtype_args(torch.int8, [])
+    with pytest.raises(ValueError, match="give the dtype once"):
+        dtype_args("float32", ["--dtype=bfloat16"])

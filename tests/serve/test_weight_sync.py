@@ -39,8 +39,9 @@ def sync_server(tiny_model, tmp_path_factory, allowed_dir):
     with launch(
         "tiny-random",
         # vLLM on CPU serves a float32 checkpoint in bfloat16 by default (logprobs then differ from an fp32
-        # forward by ~5e-3, measured); float32 makes the comparison with transformers tight.
-        extra_args=["--dtype", "float32", "--allow-weights-dir", str(allowed_dir)],
+        # forward by ~5e-3, measured); float32, the trainer's dtype, makes the comparison with transformers tight.
+        dtype=torch.float32,
+        extra_args=["--allow-weights-dir", str(allowed_dir)],
         host="0.0.0.0",
         admin_token=TOKEN,
         log_file=tmp_path_factory.mktemp("serve") / "serve.log",

@@ -17,13 +17,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from rlvr.serve.protocol import ADMIN_TOKEN_ENV
 
+if TYPE_CHECKING:
+    import torch
+
 OWNER_ENV = "RLVR_SERVE_OWNER"
 LOG_TAIL_LINES = 60
+# vLLM's --dtype values (vllm/config/model.py ModelDType).
+VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 
 class ServeLaunchError(RuntimeError):
@@ -157,6 +163,21 @@ def serve_process(
         _stop_group(proc, stop_grace)
 
 
+def dtype_args(dtype: str | torch.dtype | None, extra_args: Sequence[str]) -> list[str]:
+    """``["--dtype", NAME]`` for `launch(dtype=...)`: a vLLM dtype name or a torch dtype (``torch.float32``)."""
+    if dtype is None:
+        return []
+    name = str(dtype).removeprefix("torch.")
+    if name not in VLLM_DTYPES:
+        raise ValueError(
+            f"launch(dtype={dtype!r}): vLLM serves weights as one of {', '.join(VLLM_DTYPES)} "
+            "(or a torch dtype among float32, bfloat16, float16)"
+        )
+    if any(arg == "--dtype" or arg.startswith("--dtype=") for arg in extra_args):
+        raise ValueError(f"launch(dtype={dtype!r}) and --dtype in extra_args: give the dtype once")
+    return ["--dtype", name]
+
+
 def launcher_env(admin_token: str | None = None) -> dict[str, str]:
     """This process's environment, marked with the owner pid; the admin token travels here, not in argv."""
     env = {**os.environ, OWNER_ENV: str(os.getpid())}
@@ -177,12 +198,19 @@ def launch(
     admin_token: str | None = None,
     log_file: Path | None = None,
     stop_grace: float = 30,
+    dtype: str | torch.dtype | None = None,
 ) -> Iterator[Server]:
     """Run `rlvr serve --model MODEL` until the block exits; yields a `Server` once `/health` answers 200.
 
     `extra_args` go to `rlvr serve` (and on to vLLM). The admin token travels in the environment, never on the
     command line, so it shows in neither `ps` nor the log.
+
+    `dtype`: the dtype the server holds the weights in (vLLM ``--dtype``): a name (``"float32"``) or a torch
+    dtype. None leaves it to vLLM, which on CPU serves a float32 checkpoint in bfloat16; a trainer passes its
+    training dtype so that the sampler's logprobs are the trainer's (no bf16/fp32 mismatch in the PPO ratio)
+    and weight sync converts nothing.
     """
+    dtype_flags = dtype_args(dtype, extra_args)
     port = port or free_port()
     command = [
         sys.executable,
@@ -194,6 +222,7 @@ def launch(
         host,
         "--port",
         str(port),
+        *dtype_flags,
         *extra_args,
     ]
     connect_host = (
