@@ -1,34 +1,45 @@
-"""Sandbox overhead per call: rlvr.sandbox.run_python against a bare interpreter start.
+"""Sandbox cost per call and calls per second: rlvr.sandbox.run_python against a bare interpreter start.
 
-Times, per call and sequentially (wall clock, median and p90 over --repeats calls):
-  bare        subprocess.run([python, "-I", "-c", program]) with the interpreter the sandbox uses
-  sandbox     run_python(program): launcher, namespaces, private uid, rlimits, temp dir, status pipe
-  fallback    run_python(program, SandboxConfig(namespaces=False)): sockets blocked, uid-wide kill
-The overhead is sandbox - bare (medians). Writes benchmarks/results/sandbox_overhead.json (atomically).
-Speed is measured here, never asserted in tests. The CPU is shared: compare numbers taken in one run.
+Measures, for each mode:
+  latency     wall clock of one call at a time (median, p90, min over --repeats calls)
+  throughput  calls per second with 1, 8 and 32 calls in flight (asyncio; what an environment running that
+              many rollouts at once sees), over --calls-per-level calls or 4 per slot, whichever is more
+Modes:
+  bare        `python -I -c program` with the interpreter sandboxed programs run on (asyncio subprocess)
+  sandbox     run_python / arun_python with the default config
+  fallback    SandboxConfig(namespaces=False): what a machine without namespaces gets
+The overhead is sandbox - bare (latency medians); negative means a sandboxed call is faster than starting a
+bare interpreter (the pre-forked server never starts one). Writes benchmarks/results/sandbox_overhead.json
+(atomically); --baseline embeds the results of an earlier design (e.g. sandbox_overhead_v1.json, measured on
+the one-process-per-call launcher before it was replaced) so both sit side by side.
+Speed is measured here, never asserted in tests. The 2 cores are shared: compare numbers taken in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from rlvr.io import atomic_write_json
-from rlvr.sandbox import SandboxConfig, run_python
-from rlvr.sandbox.core import find_python
+from rlvr.sandbox import SandboxConfig, arun_python, run_python
 
 REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
 # A typical GSM8K tool call: a few lines of arithmetic and a print.
 PROGRAM = "weeks = 12 * 2\ndays = weeks * 6\nprint(days * 195)\n"
+CONCURRENCY = (1, 8, 32)
 
 
-def timed(call: Callable[[], object], repeats: int) -> dict:
-    call()  # warm the page cache and imports
+def latency(call: Callable[[], object], repeats: int) -> dict:
+    call()  # warm the page cache, imports and (for the sandbox) its server
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -43,40 +54,81 @@ def timed(call: Callable[[], object], repeats: int) -> dict:
     }
 
 
+def throughput(call: Callable[[], Awaitable[object]], in_flight: int, calls: int) -> float:
+    """Calls per second with `in_flight` calls running at once."""
+
+    async def drive() -> float:
+        slots = asyncio.Semaphore(in_flight)
+
+        async def one() -> None:
+            async with slots:
+                await call()
+
+        await asyncio.gather(*(one() for _ in range(in_flight)))  # warm-up round
+        start = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(calls)))
+        return calls / (time.perf_counter() - start)
+
+    return asyncio.run(drive())
+
+
+def bare_async(python: str) -> Callable[[], Awaitable[object]]:
+    async def call() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            python, "-I", "-c", PROGRAM, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        await proc.communicate()
+
+    return call
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "sandbox_overhead.json")
+    parser.add_argument("--calls-per-level", type=int, default=64)
+    parser.add_argument("--python", default=shutil.which("python3", path=os.defpath), help="bare interpreter")
+    parser.add_argument("--out", type=Path, default=RESULTS / "sandbox_overhead.json")
+    parser.add_argument("--baseline", type=Path, help="results JSON of an earlier design to embed for comparison")
     args = parser.parse_args()
 
     probe = run_python("print(1)")
-    python = find_python(unprivileged=probe.isolation.uid is not None)
     fallback = SandboxConfig(namespaces=False)
-    results = {
-        "bare": timed(
-            lambda: subprocess.run([python, "-I", "-c", PROGRAM], capture_output=True, check=True),
-            args.repeats,
+    modes: dict[str, tuple[Callable[[], object], Callable[[], Awaitable[object]]]] = {
+        "bare": (
+            lambda: subprocess.run([args.python, "-I", "-c", PROGRAM], capture_output=True, check=True),
+            bare_async(args.python),
         ),
-        "sandbox": timed(lambda: run_python(PROGRAM), args.repeats),
-        "fallback": timed(lambda: run_python(PROGRAM, fallback), args.repeats),
+        "sandbox": (lambda: run_python(PROGRAM), lambda: arun_python(PROGRAM)),
+        "fallback": (lambda: run_python(PROGRAM, fallback), lambda: arun_python(PROGRAM, fallback)),
     }
+    results = {}
+    for mode, (sync_call, async_call) in modes.items():
+        results[mode] = latency(sync_call, args.repeats)
+        results[mode]["calls_per_second"] = {
+            str(n): throughput(async_call, n, max(args.calls_per_level, 4 * n)) for n in CONCURRENCY
+        }
     overhead = results["sandbox"]["median_ms"] - results["bare"]["median_ms"]
     report = {
         "program": PROGRAM,
-        "python": python,
+        "python": args.python,
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip(),
         "isolation": vars(probe.isolation),
         "cpus": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],  # other work on the machine inflates every number
         "results": results,
         "overhead_median_ms": overhead,
     }
+    if args.baseline:
+        report["baseline"] = json.loads(args.baseline.read_text())
     atomic_write_json(args.out, report)
-    print(f"{'mode':<10} {'median ms':>10} {'p90 ms':>8} {'min ms':>8}")
+
+    levels = "".join(f" {f'{n} in flight':>12}" for n in CONCURRENCY)
+    print(f"{'mode':<10} {'median ms':>10} {'p90 ms':>8} {'min ms':>8}{levels}   (calls/s)")
     for mode, r in results.items():
-        print(f"{mode:<10} {r['median_ms']:>10.1f} {r['p90_ms']:>8.1f} {r['min_ms']:>8.1f}")
-    print(
-        f"sandbox overhead per call (median, vs bare interpreter): {overhead:.1f} ms; isolation {probe.isolation}"
-    )
+        rates = "".join(f" {r['calls_per_second'][str(n)]:>12.1f}" for n in CONCURRENCY)
+        print(f"{mode:<10} {r['median_ms']:>10.1f} {r['p90_ms']:>8.1f} {r['min_ms']:>8.1f}{rates}")
+    print(f"sandbox overhead per call (median, vs bare interpreter): {overhead:.1f} ms; isolation {probe.isolation}")
+    print(f"written to {args.out}")
 
 
 if __name__ == "__main__":
