@@ -51,16 +51,16 @@ class DemoSettings:
 
 
 def demo_config(settings: DemoSettings, run_dir: Path):
-    from rlvr.trainer import MTGRPOConfig
+    from rlvr.trainer import build_config
 
-    return MTGRPOConfig(
+    return build_config(settings.algo, dict(
         output_dir=str(run_dir), max_steps=settings.steps, seed=settings.seed,
         batch_size=settings.batch_size, rollouts_per_example=settings.rollouts_per_example,
         micro_batch_size=4, max_tokens_per_turn=settings.max_tokens_per_turn, max_seq_len=1024,
-        temperature=settings.temperature, learning_rate=settings.learning_rate, advantage_estimator=settings.algo,
+        temperature=settings.temperature, learning_rate=settings.learning_rate,
         num_iterations=1, save_steps=settings.steps, logging_steps=1, report_to="none", progress=True,
         use_lora=False,  # full fine-tuning: RLConfig defaults to LoRA, and the final sync loads model.safetensors
-    )
+    ))
 
 
 def _evaluate(env, server, settings: DemoSettings, label: str) -> dict:
@@ -70,8 +70,7 @@ def _evaluate(env, server, settings: DemoSettings, label: str) -> dict:
         rollouts_per_example=settings.eval_rollouts,
         sampling_args={"temperature": settings.temperature, "max_tokens": settings.max_tokens_per_turn},
     )
-    turns = [evaluation.turn_rewards_of(s) for s in results["state"]]
-    summary = evaluation.summarize(results["reward"], results["metrics"], turns)
+    summary = evaluation.summarize(evaluation.rollouts_of(results))
     console.print(evaluation.summary_table(summary, label))
     return {"results": results, "summary": summary}
 
@@ -90,18 +89,18 @@ def _sync_final_weights(server, final_dir: Path) -> float:
     return time.perf_counter() - start
 
 
-def _plot(metrics_path: Path, before: dict, after: dict, out_png: Path) -> None:
+def _plot(metrics_path: Path, before: dict, after: dict, out_png: Path, algo: str) -> None:
     from rlvr.analysis import read_jsonl
 
     steps = [r for r in read_jsonl(metrics_path) if "loss" in r]
     fig, (curve, bars) = plt.subplots(1, 2, figsize=(12, 4.2))
-    for key, label in (("turn/0/reward", "turn 1 (search) reward"), ("reward", "outcome reward")):
+    for key, label in (("turn/1/reward", "turn 1 (search) reward"), ("reward", "outcome reward")):
         points = [(r["step"], r[key]) for r in steps if key in r]
         if points:
             curve.plot(*zip(*points, strict=True), marker="o", label=label)
     curve.set_xlabel("training step")
     curve.set_ylabel("mean over the step's rollouts")
-    curve.set_title("MT-GRPO training rollouts")
+    curve.set_title(f"{algo} training rollouts")
     curve.grid(alpha=0.3)
     curve.legend()
     names = [m for m in KEY_METRICS if m in before["summary"] and m in after["summary"]]
@@ -174,7 +173,7 @@ def run_demo(settings: DemoSettings, run_dir: Path) -> Path:
     atomic_write_json(run_dir / "settings.json", asdict(settings))
     with console.status(f"preparing {settings.model}..."):
         models.prepare(settings.model)
-        env = evaluation.load_env(settings.env, dict(settings.env_args, estimator=settings.algo))
+        env = evaluation.load_env(settings.env, settings.env_args)
     console.print(f"starting rlvr serve for {settings.model}...")
     with launch(model=settings.model) as server:
         timings["setup and server start"] = time.perf_counter() - start
@@ -187,7 +186,6 @@ def run_demo(settings: DemoSettings, run_dir: Path) -> Path:
         mark = time.perf_counter()
         console.rule(f"[bold]MT-GRPO training: {settings.steps} steps")
         run_training(env, settings.model, demo_config(settings, run_dir / "train"), server_url=server.url)
-        env.set_score_rollouts(True)  # the trainer scores groups itself and turned the env's own scoring off
         timings["training"] = time.perf_counter() - mark
 
         timings["final weight sync"] = _sync_final_weights(server, run_dir / "train" / "final")
@@ -196,5 +194,5 @@ def run_demo(settings: DemoSettings, run_dir: Path) -> Path:
         evaluation.save_results(after["results"], run_dir / "eval_after")
         timings["evaluation after"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - start
-    _plot(run_dir / "train" / "metrics.jsonl", before, after, run_dir / "demo.png")
+    _plot(run_dir / "train" / "metrics.jsonl", before, after, run_dir / "demo.png", settings.algo)
     return write_report(run_dir, settings, before, after, timings)

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from rlvr.io import atomic_directory
+from rlvr.rollouts import Rollout, from_state, rollout_statistics
 
 TURN_REWARDS = "turn_rewards"
-TURN_ADVANTAGES = "turn_advantages"
 
 
 class EnvironmentLoadError(RuntimeError):
@@ -87,32 +87,15 @@ def mean_stderr(values: Sequence[float]) -> Stat:
     return Stat(float(arr.mean()), stderr, len(arr))
 
 
-def turn_rewards_of(state: dict) -> list[float]:
-    """Per-assistant-turn rewards that TurnRubric wrote on the trajectory steps (empty for outcome-only rubrics)."""
-    steps = state.get("trajectory") or []
-    if not any("turn_rewards" in (step.get("extras") or {}) for step in steps):
-        return []
-    return [float(step["reward"]) for step in steps]
+def summarize(rollouts: Sequence[Rollout]) -> dict[str, Stat]:
+    """Mean and standard error of every statistic of `rlvr.rollouts.rollout_statistics` (the names training logs
+    use: reward, each reward function, turn/<k>/reward counted from 1 over the rollouts that reached turn k, ...)."""
+    return {name: mean_stderr(values) for name, values in rollout_statistics(rollouts).items()}
 
 
-def turn_advantages_of(state: dict) -> list[float]:
-    return [float(step["advantage"]) for step in state.get("trajectory") or [] if step.get("advantage") is not None]
-
-
-def summarize(rewards: Sequence[float], metrics: dict[str, Sequence[float]], turn_rewards: Sequence[Sequence[float]]):
-    """Mean and standard error of the reward, of each reward function, and of each turn's reward.
-
-    A turn's statistics use the rollouts that reached that turn.
-    """
-    summary: dict[str, Stat] = {"reward": mean_stderr(rewards)}
-    for name, values in metrics.items():
-        summary[name] = mean_stderr(values)
-    max_turns = max((len(t) for t in turn_rewards), default=0)
-    for k in range(max_turns):
-        summary[f"turn_{k + 1}_reward"] = mean_stderr([t[k] for t in turn_rewards if len(t) > k])
-    if turn_rewards:
-        summary["turns_per_rollout"] = mean_stderr([len(t) for t in turn_rewards])
-    return summary
+def rollouts_of(results: dict) -> list[Rollout]:
+    """verifiers' GenerateOutputs as rlvr's records."""
+    return [from_state(s) for s in results["state"]]
 
 
 def summary_table(summary: dict[str, Stat], title: str):
@@ -131,11 +114,10 @@ def save_results(results: dict, out_dir: Path) -> Path:
     from verifiers.utils.eval_utils import make_dataset, quiet_datasets, sanitize_metadata
 
     dataset = make_dataset(results)
-    states = results["state"]
-    dataset = dataset.add_column(TURN_REWARDS, [turn_rewards_of(s) for s in states])
-    dataset = dataset.add_column(TURN_ADVANTAGES, [turn_advantages_of(s) for s in states])
+    rollouts = rollouts_of(results)
+    dataset = dataset.add_column(TURN_REWARDS, [r.turn_rewards if r.turn_level else [] for r in rollouts])
     metadata = sanitize_metadata(results["metadata"])
-    summary = summarize(results["reward"], results["metrics"], [turn_rewards_of(s) for s in states])
+    summary = summarize(rollouts)
     with atomic_directory(out_dir) as tmp:
         with quiet_datasets():
             dataset.to_json(tmp / "results.jsonl")
@@ -204,20 +186,19 @@ def prediction_records(results: dict) -> list[dict]:
     from verifiers.utils.message_utils import messages_to_printable, sanitize_tool_calls
 
     records = []
-    for i, state in enumerate(results["state"]):
+    for i, rollout in enumerate(rollouts_of(results)):
         records.append(
             {
-                "example_id": results["example_id"][i],
-                "prompt": sanitize_tool_calls(messages_to_printable(results["prompt"][i])),
-                "completion": sanitize_tool_calls(messages_to_printable(results["completion"][i])),
-                "answer": results["answer"][i],
-                "num_turns": len(state.get("trajectory") or []),
-                TURN_REWARDS: turn_rewards_of(state),
-                TURN_ADVANTAGES: turn_advantages_of(state),
-                "reward": results["reward"][i],
-                "metrics": {name: values[i] for name, values in results["metrics"].items()},
+                "example_id": rollout.example_id,
+                "prompt": sanitize_tool_calls(messages_to_printable(rollout.prompt)),
+                "completion": sanitize_tool_calls(messages_to_printable(rollout.completion)),
+                "answer": rollout.answer,
+                "num_turns": len(rollout.turns),
+                TURN_REWARDS: rollout.turn_rewards if rollout.turn_level else [],
+                "reward": rollout.outcome,
+                "metrics": dict(rollout.metrics),
                 "stop_condition": results["stop_conditions"][i],
-                "error": repr(state["error"]) if state.get("error") is not None else None,
+                "error": rollout.error,
             }
         )
     return records

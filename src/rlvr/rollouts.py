@@ -143,3 +143,33 @@ def assign_advantages(group: Sequence[Rollout], estimator: str, params: Mapping[
         state_keys=[k or [] for k in keys] if spec.anchor_states else None, **params,
     )
     return [dataclasses.replace(r, advantages=tuple(a)) for r, a in zip(group, advantages, strict=True)]
+
+
+def turn_name(k: int, what: str) -> str:
+    """The metric name of turn k (0-based in code, counted from 1 for people): turn_name(0, "reward") = "turn/1/reward"."""
+    return f"turn/{k + 1}/{what}"
+
+
+def rollout_statistics(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
+    """Per-rollout values of every statistic, under the one naming scheme of training logs and evaluations:
+
+    reward                 the rollout reward (TurnRubric: the outcome)
+    <function name>        each reward function's value (a turn function: its sum over the rollout's turns),
+                           turn_reward (the summed turn rewards), reward_errors (calls that raised or timed out)
+    turn/<k>/reward        the reward of turn k (k = 1, 2, ...), over the rollouts that reached turn k
+    turns                  assistant turns per rollout
+    tool_result_fraction   fraction of the rollout's turns answered with a tool result (turn-level rubrics)
+    errors                 1 when the rollout ended in an error
+    A statistic that only some rollouts have (e.g. metrics of one environment of an EnvGroup) uses those rollouts.
+    """
+    stats: dict[str, list[float]] = {"reward": [r.outcome for r in rollouts]}
+    for name in sorted({k for r in rollouts for k in r.metrics}):
+        stats[name] = [r.metrics[name] for r in rollouts if name in r.metrics]
+    turn_level = [r for r in rollouts if r.turn_level]
+    for k in range(max((len(r.turns) for r in turn_level), default=0)):
+        stats[turn_name(k, "reward")] = [r.turn_rewards[k] for r in turn_level if len(r.turns) > k]
+    stats["turns"] = [float(len(r.turns)) for r in rollouts]
+    if turn_level:
+        stats["tool_result_fraction"] = [sum(t.tool_result for t in r.turns) / len(r.turns) for r in turn_level]
+    stats["errors"] = [float(r.error is not None) for r in rollouts]
+    return stats

@@ -12,6 +12,7 @@ from rlvr.credit import (
     compute_advantages,
     expand_to_tokens,
     group_normalize,
+    merge_params,
 )
 
 S = 1 / (math.sqrt(2) + 1e-4)  # two values 2 apart: mean in the middle, sample std sqrt(2) -> +-1 / (sqrt(2) + 1e-4)
@@ -222,16 +223,45 @@ def test_turn_return_per_turn_index():
     assert got == approx([[1.0, 2.0], [-2.0], [1.0, 0.0]])
 
 
-def test_turn_return_with_anchor_states_is_gigpo():
+def test_gigpo_groups_turns_by_anchor_state():
     # Episode returns R = [1 + 0 + 4, 0 + 0, 2 + 2 + 0] = [5, 0, 4] (mean 3) -> A^E = [2, -3, 1].
     # Anchor "s0": turns (0,0), (2,0) with G = 3, 3 -> [0, 0]. Anchor "s1" across turn indices:
     # (0,1), (1,0), (2,1) with G = 4, 0, 2 (mean 2) -> [2, -2, 0]. omega 0.5:
     # rollout 0: [2 + 0, 2 + 1]; rollout 1: [-3 - 1]; rollout 2: [1 + 0, 1 + 0]
     keys = [["s0", "s1"], ["s1"], ["s0", "s1"]]
     got = compute_advantages(
-        "turn_return", R_TURNS, R_OUTCOME, [None] * 3, state_keys=keys, gamma=0.5, omega=0.5, norm="none"
+        "gigpo", R_TURNS, R_OUTCOME, [None] * 3, state_keys=keys, gamma=0.5, omega=0.5, norm="none"
     )
     assert got == approx([[2.0, 3.0], [-4.0], [1.0, 1.0]])
+    # state keys are read only by the anchor-state estimators
+    plain = compute_advantages("turn_return", R_TURNS, R_OUTCOME, [None] * 3, gamma=0.5, norm="none")
+    assert compute_advantages("turn_return", R_TURNS, R_OUTCOME, [None] * 3, state_keys=keys, gamma=0.5,
+                              norm="none") == plain
+
+
+# MS-GRPO (ms_grpo_env_trainer.py, _combine_advantages), norm "none" so the arithmetic stays exact:
+# R_turn = [0.7, 0, 0] -> centred [0.466667, -0.233333, -0.233333]; R_out = [1, 0, 1] -> [0.333333, -0.666667, 0.333333]
+# rollout 0 (result after turn 0): turn 0 = 0.333333 + 0.466667 = 0.8, turn 1 = 0.333333
+# rollout 1 (no tool result): the outcome advantage only, -0.666667 (mt_grpo would give norm(R_turn + R_out))
+# rollout 2 (result after turn 0): turn 0 = 0.333333 - 0.233333 = 0.1, turn 1 = 0.333333
+def test_ms_grpo_gives_rollouts_without_a_tool_result_the_outcome_advantage():
+    got = compute_advantages("ms_grpo", [[0.7, 0.0], [0.0], [0.0, 0.0]], [1.0, 0.0, 1.0], [0, None, 0], norm="none")
+    assert got == approx([[0.8, 1 / 3], [-2 / 3], [0.1, 1 / 3]])
+    mt = compute_advantages("mt_grpo", [[0.7, 0.0], [0.0], [0.0, 0.0]], [1.0, 0.0, 1.0], [0, None, 0], norm="none")
+    assert mt[0] == got[0] and mt[2] == got[2] and mt[1] != got[1]
+    # coef 0 (the original's default step_advantage_coe) is outcome-only GRPO
+    assert compute_advantages("ms_grpo", [[0.7, 0.0], [0.0]], [1.0, 0.0], [0, None], coef=0.0) == \
+        compute_advantages("grpo", [[0.7, 0.0], [0.0]], [1.0, 0.0], [0, None])
+
+
+def test_merge_params_keeps_environment_defaults_and_refuses_conflicts():
+    assert merge_params("mt_grpo_k", {"unreached": "zero", "omega": 2.0}, {"alpha": 0.5}) == \
+        {"unreached": "zero", "alpha": 0.5}  # omega is not mt_grpo_k's: that environment default is not for it
+    assert merge_params("mt_grpo_k", {"unreached": "zero"}, {"unreached": "zero"}) == {"unreached": "zero"}
+    with pytest.raises(ValueError, match="sets 'exclude' but the environment's TurnRubric declares 'zero'"):
+        merge_params("mt_grpo_k", {"unreached": "zero"}, {"unreached": "exclude"})
+    with pytest.raises(ValueError, match="has no parameter"):
+        merge_params("grpo", {}, {"coef": 1.0})
 
 
 def test_rollout_without_turns_still_counts_in_the_group():
@@ -241,7 +271,8 @@ def test_rollout_without_turns_still_counts_in_the_group():
 
 def test_group_of_one_is_zero_not_nan():
     for name in ESTIMATORS:
-        assert compute_advantages(name, [[0.3, 0.1]], [1.0], [0]) == [[0.0, 0.0]], name
+        keys = {"state_keys": [["a", "b"]]} if ESTIMATORS[name].anchor_states else {}
+        assert compute_advantages(name, [[0.3, 0.1]], [1.0], [0], **keys) == [[0.0, 0.0]], name
 
 
 # --- bad input ---
@@ -255,8 +286,8 @@ def test_group_of_one_is_zero_not_nan():
         (("mt_grpo", [[0.0]], [0.0], [1]), {}, ValueError, r"first_result_turn\[0\] = 1 but rollout 0 has 1 turns"),
         (("grpo", [[float("nan")]], [0.0], [None]), {}, ValueError, r"turn_rewards\[0\]\[0\]"),
         (("mt_grpo", [[0.0]], [0.0], [None]), {"cof": 1.0}, TypeError, "unknown parameter"),
-        (("mt_grpo", [[0.0]], [0.0], [None]), {"state_keys": [["a"]]}, ValueError, "only apply to 'turn_return'"),
-        (("turn_return", [[0.0, 1.0]], [0.0], [None]), {"state_keys": [["a"]]}, ValueError, "one anchor-state key"),
+        (("gigpo", [[0.0]], [0.0], [None]), {}, ValueError, "needs one state key per turn"),
+        (("gigpo", [[0.0, 1.0]], [0.0], [None]), {"state_keys": [["a"]]}, ValueError, "one anchor-state key"),
         (("turn_return", [[0.0]], [0.0], [None]), {"unreached": "drop"}, ValueError, "unreached must be"),
         (("grpo", [[0.0]], [0.0], [None]), {"norm": "l2"}, ValueError, "unknown norm"),
     ],

@@ -30,11 +30,18 @@ def keys_for(turns, draw_key):
     return [[draw_key(i, k) for k in range(len(t))] for i, t in enumerate(turns)]
 
 
+def advantages(estimator, turns, outcome, first, **params):
+    """compute_advantages, with anchor-state keys (the turn index mod 2) for the estimators that need them."""
+    if ESTIMATORS[estimator].anchor_states:
+        params["state_keys"] = keys_for(turns, lambda i, k: k % 2)
+    return compute_advantages(estimator, turns, outcome, first, **params)
+
+
 @settings(max_examples=100, deadline=None)
 @given(groups(), st.sampled_from(sorted(ESTIMATORS)), st.sampled_from(["std", "none"]))
 def test_outputs_are_finite_and_shaped_like_the_turns(group, estimator, norm):
     turns, outcome, first = group
-    adv = compute_advantages(estimator, turns, outcome, first, norm=norm)
+    adv = advantages(estimator, turns, outcome, first, norm=norm)
     assert [len(a) for a in adv] == [len(t) for t in turns]
     assert all(math.isfinite(x) for row in adv for x in row)
 
@@ -81,8 +88,8 @@ def test_turn_return_is_shift_invariant_when_rollouts_have_equal_length(group, s
 def test_std_normalisation_is_scale_invariant(group, estimator, scale):
     # exactly so with eps = 0 (with the default 1e-4 only approximately: eps does not scale with the rewards)
     turns, outcome, first = group
-    before = compute_advantages(estimator, turns, outcome, first, eps=0.0)
-    after = compute_advantages(
+    before = advantages(estimator, turns, outcome, first, eps=0.0)
+    after = advantages(
         estimator, [[r * scale for r in t] for t in turns], [o * scale for o in outcome], first, eps=0.0
     )
     for b, a in zip(before, after, strict=True):
@@ -142,12 +149,12 @@ def test_turn_return_with_gamma_zero_couples_only_equal_turn_indices(group, data
 def test_anchor_grouping_is_finite_and_zero_on_identical_rollouts(group, omega, num_keys):
     turns, outcome, first = group
     keys = keys_for(turns, lambda i, k: (i + k) % num_keys)
-    adv = compute_advantages("turn_return", turns, outcome, first, state_keys=keys, omega=omega)
+    adv = compute_advantages("gigpo", turns, outcome, first, state_keys=keys, omega=omega)
     assert all(math.isfinite(x) for row in adv for x in row)
     # identical rollouts with the turn index as the anchor: every anchor group is constant
     n, length = len(turns), len(turns[0])
     same = compute_advantages(
-        "turn_return", [turns[0]] * n, [outcome[0]] * n, [None] * n, state_keys=[list(range(length))] * n
+        "gigpo", [turns[0]] * n, [outcome[0]] * n, [None] * n, state_keys=[list(range(length))] * n
     )
     assert all(x == 0.0 for row in same for x in row)
 

@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.credit import NotPrefixConsistent, build_token_view, prefix_mismatch
+from rlvr.credit import NotPrefixConsistent, TurnTokens, build_token_view, prefix_mismatch
 
 
-def step(prompt, completion, advantage, mask=None, logprobs=None):
-    tokens = {"prompt_ids": prompt, "completion_ids": completion}
-    if mask is not None:
-        tokens["completion_mask"] = mask
-    if logprobs is not None:
-        tokens["completion_logprobs"] = logprobs
-    return {"tokens": tokens, "advantage": advantage}
+def turn(prompt, completion, mask=None, logprobs=None):
+    return TurnTokens(tuple(prompt), tuple(completion), tuple(logprobs or [0.0] * len(completion)),
+                      tuple(mask or [1] * len(completion)))
 
 
 def test_consistent_history_packs_into_one_sequence_with_env_tokens_masked():
     # prompt 1 2 3 | turn 0: 4 5 | env reply: 6 7 | turn 1: 8
-    steps = [step([1, 2, 3], [4, 5], 0.5, logprobs=[-0.1, -0.2]), step([1, 2, 3, 4, 5, 6, 7], [8], -1.0)]
-    assert prefix_mismatch(steps) is None
-    view = build_token_view(steps)
+    turns = [turn([1, 2, 3], [4, 5], logprobs=[-0.1, -0.2]), turn([1, 2, 3, 4, 5, 6, 7], [8])]
+    assert prefix_mismatch(turns) is None
+    view = build_token_view(turns, [0.5, -1.0])
     assert view.input_ids == [1, 2, 3, 4, 5, 6, 7, 8]
     assert view.loss_mask == [0, 0, 0, 1, 1, 0, 0, 1]
     assert view.advantages == [0.0, 0.0, 0.0, 0.5, 0.5, 0.0, 0.0, -1.0]
@@ -29,27 +25,29 @@ def test_consistent_history_packs_into_one_sequence_with_env_tokens_masked():
 
 
 def test_completion_mask_zeros_stay_out_of_the_loss():
-    view = build_token_view([step([1], [2, 3], 2.0, mask=[1, 0])])
+    view = build_token_view([turn([1], [2, 3], mask=[1, 0])], [2.0])
     assert view.loss_mask == [0, 1, 0]
     assert view.advantages == [0.0, 2.0, 0.0]
     assert view.turn_index == [-1, 0, -1]
 
 
 @pytest.mark.parametrize(
-    ("steps", "reason"),
+    ("turns", "reason"),
     [
-        ([step([1, 2], [3], 0.0), step([1, 9, 3, 4], [5], 0.0)], "step 1: prompt token 1 is 9 where step 0's prompt"),
-        ([step([1, 2], [3], 0.0), step([1, 2], [5], 0.0)], "step 1: its prompt has 2 tokens, fewer than the 3"),
-        ([step([1], [2], 0.0), {"tokens": None, "advantage": 0.0}], "step 1 has no token ids"),
-        ([], "no steps"),
+        ([turn([1, 2], [3]), turn([1, 9, 3, 4], [5])], "turn 1: prompt token 1 is 9 where turn 0's prompt"),
+        ([turn([1, 2], [3]), turn([1, 2], [5])], "turn 1: its prompt has 2 tokens, fewer than the 3"),
+        ([turn([1], [2]), None], "turn 1 has no token ids"),
+        ([], "no assistant turn"),
     ],
 )
-def test_inconsistent_histories_are_refused_with_the_reason(steps, reason):
-    assert reason in prefix_mismatch(steps)
+def test_inconsistent_histories_are_refused_with_the_reason(turns, reason):
+    assert reason in prefix_mismatch(turns)
     with pytest.raises(NotPrefixConsistent, match=reason):
-        build_token_view(steps)
+        build_token_view(turns, [0.0] * len(turns))
 
 
-def test_unscored_steps_are_refused():
-    with pytest.raises(ValueError, match="step 0 has no advantage"):
-        build_token_view([step([1], [2], None)])
+def test_one_advantage_per_turn_and_one_mask_entry_per_token_are_required():
+    with pytest.raises(ValueError, match="1 advantages for 2 turns"):
+        build_token_view([turn([1], [2]), turn([1, 2], [3])], [0.0])
+    with pytest.raises(ValueError, match="2 completion ids but 1 mask entries"):
+        TurnTokens((1,), (2, 3), (0.0, 0.0), (1,))

@@ -1,7 +1,8 @@
 """TurnRubric inside real verifiers environments (ToolEnv, MultiTurnEnv), driven by a scripted policy.
 
-verifiers wraps the environment's rubric with its monitor rubrics; these tests check that the per-turn rewards,
-the outcome, and the estimator's advantages survive that wrapping, on every step and on the state.
+verifiers wraps the environment's rubric with its monitor rubrics; these tests check that the per-turn rewards and
+the outcome survive that wrapping, that `rlvr.rollouts` reads them into records, and that the estimator's
+advantages computed from those records are the hand-computed ones.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from transformers import AutoTokenizer
 
 from rlvr import models
 from rlvr.credit import build_token_view, prefix_mismatch
+from rlvr.rollouts import assign_advantages, from_state
 from rlvr.rubrics import TurnRubric, rewards
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -66,26 +68,36 @@ EXPECTED_TURN_REWARDS = {"A": [0.7, 0.0], "B": [0.0], "C": [0.0, 0.0]}
 EXPECTED_OUTCOME = {"A": 1.0, "B": 0.0, "C": 1.0}
 
 
+def answer_in_search_results(env_reply, answer) -> float:
+    """The paper's exist_answer_in_search_results (0.5 when the answer occurs in this turn's tool results)."""
+    return 0.5 if any(answer.lower() in r.lower() for r in rewards.tool_results(env_reply)) else 0.0
+
+
+def exact_match(completion, answer, parser) -> float:
+    return float((parser.parse_answer(completion) or "").strip() == answer)
+
+
 def make_rubric() -> TurnRubric:
     return TurnRubric(
-        turn_funcs=[rewards.tool_execution_reward, rewards.answer_in_search_results],
-        outcome_funcs=[rewards.exact_match],
+        turn_rewards=[(rewards.tool_execution_reward, 1.0), (answer_in_search_results, 1.0)],
+        outcome_rewards=[(exact_match, 1.0)],
         parser=XML,
-        estimator="mt_grpo",
-        estimator_params={"coef": 1.0},
     )
 
 
 def check_scores(states: list[vf.State], names: dict[str, str]) -> None:
     scored = by_opener(states)
+    credited = assign_advantages([from_state(s) for s in states], "mt_grpo", {"coef": 1.0})
+    by_record = {r.completion[0]["content"]: r for r in credited}
     for label, opener in names.items():
         state = scored[opener]
         steps = state["trajectory"]
+        record = by_record[opener]
         assert [s["reward"] for s in steps] == pytest.approx(EXPECTED_TURN_REWARDS[label]), label
-        assert [s["advantage"] for s in steps] == pytest.approx(EXPECTED_ADVANTAGES[label], abs=2e-6), label
-        # state["advantage"] is the last turn's, even though a monitor rubric scored after the estimator ran
-        assert state["advantage"] == pytest.approx(EXPECTED_ADVANTAGES[label][-1], abs=2e-6), label
-        assert state["reward"] == EXPECTED_OUTCOME[label]
+        assert record.turn_rewards == pytest.approx(EXPECTED_TURN_REWARDS[label]), label
+        assert list(record.advantages) == pytest.approx(EXPECTED_ADVANTAGES[label], abs=2e-6), label
+        assert record.first_result_turn == (None if label == "B" else 0)
+        assert state["reward"] == record.outcome == EXPECTED_OUTCOME[label]
         assert state["metrics"]["exact_match"] == EXPECTED_OUTCOME[label]
         assert state["metrics"]["num_turns"] == len(steps)  # the monitor rubric's metric is kept
         assert state["metrics"]["turn_reward"] == pytest.approx(sum(EXPECTED_TURN_REWARDS[label]))
@@ -151,17 +163,18 @@ def test_turn_rubric_in_multiturn_env_and_token_view(scripted_client, tokenizer)
     check_scores(states, XML_OPENERS)
 
     # Token view of rollout A through the real SmolLM2 chat template: one sequence, env tokens masked.
-    steps = by_opener(states)[XML_OPENERS["A"]]["trajectory"]
-    assert prefix_mismatch(steps) is None
-    view = build_token_view(steps)
-    last = steps[-1]["tokens"]
-    assert view.input_ids == last["prompt_ids"] + last["completion_ids"]
+    record = from_state(by_opener(states)[XML_OPENERS["A"]])
+    turns = [t.tokens for t in record.turns]
+    assert prefix_mismatch(turns) is None
+    advantages = EXPECTED_ADVANTAGES["A"]
+    view = build_token_view(turns, advantages)
+    assert view.input_ids == list(turns[-1].prompt_ids + turns[-1].completion_ids)
     trained = [i for i, m in enumerate(view.loss_mask) if m]
-    assert len(trained) == sum(len(s["tokens"]["completion_ids"]) for s in steps)
+    assert len(trained) == sum(len(t.completion_ids) for t in turns)
     assert tokenizer.decode([view.input_ids[i] for i in trained if view.turn_index[i] == 0]).startswith("<think>A</think>")
     assert "<result>" in tokenizer.decode([t for t, m in zip(view.input_ids, view.loss_mask, strict=True) if not m])
     assert "<result>" not in tokenizer.decode([view.input_ids[i] for i in trained])
-    for k, step in enumerate(steps):
-        assert {view.advantages[i] for i in trained if view.turn_index[i] == k} == {step["advantage"]}
+    for k, advantage in enumerate(advantages):
+        assert {view.advantages[i] for i in trained if view.turn_index[i] == k} == {advantage}
     assert all(view.advantages[i] == 0.0 and view.turn_index[i] == -1 for i in range(len(view.input_ids)) if not view.loss_mask[i])
     assert all(math.isclose(view.logprobs[i], -0.5) for i in trained)

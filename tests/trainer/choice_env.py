@@ -43,9 +43,9 @@ class ChoiceEnv(vf.MultiTurnEnv):
         return [{"role": "user", "content": f"<result>{verdict} choice</result> Now answer."}]
 
 
-def load_environment(num_examples: int = 16, max_turns: int = 2, estimator: str = "mt_grpo") -> vf.Environment:
+def load_environment(num_examples: int = 16, max_turns: int = 2, credit: dict | None = None) -> vf.Environment:
     dataset = Dataset.from_list([
         {"question": f"Round {i}: pick a word.", "answer": "", "example_id": i} for i in range(num_examples)
     ])
-    rubric = TurnRubric(turn_funcs=[choice_reward], outcome_funcs=[answer_reward], estimator=estimator)
+    rubric = TurnRubric(turn_rewards=[(choice_reward, 1.0)], outcome_rewards=[(answer_reward, 1.0)], credit=credit)
     return ChoiceEnv(dataset=dataset, rubric=rubric, max_turns=max_turns, system_prompt="Play the game.")

@@ -9,7 +9,7 @@ import pytest
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.utils import DeepSpeedPlugin, DistributedType
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
+CONFIGS = Path(__file__).resolve().parents[2] / "src" / "rlvr" / "trainer" / "accelerate"
 
 
 def load(name):

@@ -14,7 +14,7 @@ from train_script import config
 from transformers import AutoTokenizer
 
 from rlvr.trainer import ConfigError, MTGRPOConfig, MTGRPOTrainer, ServerError
-from rlvr.trainer.sync import check_server
+from rlvr.trainer.rollout_client import check_server
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -24,6 +24,9 @@ from rlvr.trainer.sync import check_server
     (dict(loss_type="ppo"), "loss_type=.ppo. is not one of"),
     (dict(num_iterations=2, save_steps=3), "multiple of num_iterations=2"),
     (dict(weight_sync="nccl"), "needs CUDA"),
+    (dict(algo="mtgrpo"), "algo='mtgrpo' is not a group-credit estimator"),
+    (dict(algo="grpo", credit={"coef": 1.0}), r"credit parameter\(s\) \['coef'\] do not apply to algo='grpo'"),
+    (dict(micro_batch_tokens=1), "micro_batch_tokens=1 must be >= 2"),
 ])
 def test_config_errors_say_what_to_change(tmp_path, kwargs, message):
     base = dict(output_dir=str(tmp_path), batch_size=16, rollouts_per_example=8, micro_batch_size=8,
@@ -59,13 +62,18 @@ def test_missing_token_ids_names_the_flag(training_server, tmp_path):
         MTGRPOTrainer("tiny-random", load_environment(), cfg, server_url=training_server.url)
 
 
-def test_rubric_without_turns_gets_std_normalised_outcome_grpo(training_server, tmp_path):
+def plain_env() -> vf.Environment:
+    """A plain verifiers environment: one turn, a vf.Rubric that scores only the whole rollout."""
     dataset = Dataset.from_list([{"question": f"Say a word ({i}).", "answer": ""} for i in range(4)])
-    env = vf.SingleTurnEnv(dataset=dataset, rubric=vf.Rubric(funcs=[answer_reward]))
-    cfg = config(str(tmp_path), 1, num_logged_rollouts=16)
+    return vf.SingleTurnEnv(dataset=dataset, rubric=vf.Rubric(funcs=[answer_reward]))
+
+
+def test_a_plain_rubric_trains_with_std_normalised_outcome_grpo(training_server, tmp_path):
+    cfg = config(str(tmp_path), 1, algo="grpo", num_logged_rollouts=16)
+    env = plain_env()
     trainer = MTGRPOTrainer("tiny-random", env, cfg, server_url=training_server.url)
-    assert trainer.turn_rubrics == []
-    trainer.generate_batch(0)
+    assert env.score_rollouts  # the trainer left the environment as it found it
+    trainer.make_batch(0)
     (line,) = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     groups: dict[int, list] = {}
     for r in line["rollouts"]:
@@ -74,21 +82,25 @@ def test_rubric_without_turns_gets_std_normalised_outcome_grpo(training_server, 
         rewards = [r["reward"] for r in group]
         for r in group:
             # rlvr.credit grpo: (R - mean) / (sample std + 1e-4), not verifiers' mean-only R - mean
-            expected = (r["reward"] - mean(rewards)) / (stdev(rewards) + 1e-4)
+            expected = (r["reward"] - mean(rewards)) / (stdev(rewards) + 1e-4) if len(set(rewards)) > 1 else 0.0
             assert r["turn_advantages"] == pytest.approx([expected], abs=1e-6)
 
 
-def test_unknown_estimator_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="advantage_estimator='mtgrpo'"):
-        config(str(tmp_path), 1, advantage_estimator="mtgrpo")
+def test_a_turn_level_algorithm_on_a_plain_rubric_says_what_is_missing(tmp_path):
+    with pytest.raises(ConfigError, match=r"(?s)algo='mt_grpo' assigns credit per turn.*gives no turn rewards.*"
+                                          r"algo='grpo'.*TurnRubric\(turn_rewards="):
+        MTGRPOTrainer.preflight(plain_env(), config(str(tmp_path), 1, algo="mt_grpo"))
 
 
-def test_the_config_estimator_is_set_on_the_environments_turn_rubric(training_server, tmp_path):
-    env = load_environment()
-    cfg = config(str(tmp_path), 1, advantage_estimator="ms_po", discount_factor=0.5, normalize="none")
-    trainer = MTGRPOTrainer("tiny-random", env, cfg, server_url=training_server.url)
-    (rubric,) = trainer.turn_rubrics
-    assert rubric.estimator == "ms_po" and rubric.estimator_params == {"norm": "none", "gamma": 0.5}
+def test_credit_settings_merge_with_the_environments_defaults(tmp_path):
+    from rlvr.trainer.mt_grpo import credit_params
+
+    env = load_environment(credit={"unreached": "zero", "coef": 2.0})
+    assert credit_params(env, config(str(tmp_path), 1, algo="mt_grpo_k", credit={"alpha": 0.5})) == \
+        {"unreached": "zero", "alpha": 0.5}  # the environment's coef is not mt_grpo_k's, its unreached is kept
+    assert credit_params(env, config(str(tmp_path), 1, algo="mt_grpo")) == {"coef": 2.0}
+    with pytest.raises(ConfigError, match="sets 1.0 but the environment's TurnRubric declares 2.0"):
+        credit_params(env, config(str(tmp_path), 1, algo="mt_grpo", credit={"coef": 1.0}))
 
 
 def test_wandb_without_a_key_runs_offline(tmp_path, monkeypatch):

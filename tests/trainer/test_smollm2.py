@@ -23,7 +23,7 @@ def test_one_mt_grpo_step_with_smollm2_on_gsm8k_code(smol_model, tmp_path):
 
     (record,) = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
     assert record["batch/samples"] >= 4 and record["tokens/generated"] > 0
-    assert record["turns_per_rollout"] >= 1 and "reward/correct_answer_reward" in record
+    assert record["turns"] >= 1 and "correct_answer_reward" in record
     assert record["train/mismatch_kl"] < 1e-3  # the served model is the trained model
     # fp32 on both sides; 30 layers accumulate more rounding than tiny-random's 2 (tolerance 1e-2 nats).
     assert record["sync/max_abs_logprob_diff"] < 1e-2

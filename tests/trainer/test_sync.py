@@ -4,7 +4,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
-from rlvr.trainer.sync import policy_state_dict
+from rlvr.trainer.policy import policy_state_dict
 
 
 def test_plain_model_sends_every_checkpoint_tensor_including_the_tied_head(tiny_model):

@@ -43,7 +43,7 @@ def test_mt_grpo_raises_the_turn_reward_and_the_server_follows_every_sync(traini
 
     records = step_records(tmp_path)
     assert [r["step"] for r in records] == list(range(1, steps + 1))
-    turn0 = [r["turn/0/reward"] for r in records]
+    turn0 = [r["turn/1/reward"] for r in records]
     # Without learning, a step's turn-0 reward is a mean of 16 Bernoulli(p ~ 0.5) draws (std 0.125); the
     # difference of two 3-step means has std 0.10, so a 0.25 margin is 2.5 sigma (a chance pass < 1%).
     assert mean(turn0[-3:]) >= mean(turn0[:3]) + 0.25, turn0
@@ -56,7 +56,8 @@ def test_mt_grpo_raises_the_turn_reward_and_the_server_follows_every_sync(traini
     assert mean(r["batch/packed_fraction"] for r in records) > 0.5  # most histories are prefix-consistent
     assert all(r["batch/forwarded_over_trajectory_tokens"] >= 1.0 for r in records)
     for key in ("timing/generation_s", "timing/scoring_s", "timing/training_s", "timing/sync_s", "time/step_s",
-                "turn/0/advantage_std", "tools/success_rate", "turns_per_rollout", "reward/choice_reward"):
+                "turn/1/advantage_std", "tool_result_fraction", "turns", "choice_reward", "turn_reward",
+                "reward_errors"):
         assert key in records[0], key
     assert (tmp_path / "final" / "model.safetensors").is_file()
     assert json.loads((tmp_path / "config.json").read_text())["training"]["learning_rate"] == 5e-2
@@ -113,7 +114,7 @@ def test_sigkill_mid_training_then_resume_takes_the_same_next_batch(training_ser
 @pytest.mark.slow
 def test_two_process_cpu_accelerate_launch(training_server, tmp_path):
     command = [sys.executable, "-m", "accelerate.commands.launch",
-               "--config_file", str(REPO / "configs" / "accelerate" / "cpu_ddp.yaml"),
+               "--config_file", str(REPO / "src" / "rlvr" / "trainer" / "accelerate" / "cpu_ddp.yaml"),
                str(SCRIPT), "--server", training_server.url, "--run-dir", str(tmp_path), "--steps", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two ranks on two cores
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

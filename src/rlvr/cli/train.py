@@ -1,43 +1,80 @@
-"""`rlvr train` (MT-GRPO and relatives on any verifiers environment) and `rlvr demo` (the main job)."""
+"""`rlvr train` (any algorithm of `rlvr.trainer.ALGORITHMS` on any verifiers environment) and `rlvr demo`.
+
+The command resolves one `TrainPlan` (TOML file, then command-line options on top) before anything slow starts.
+Environment arguments carry environment settings only; the algorithm and its parameters live in the training
+options. With `--num-processes N` the plan is written to the run directory and each accelerate worker reads it back,
+so the workers train with exactly the resolved values.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import subprocess
 import sys
 import time
 import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import typer
-from rich.console import Console
 
-from rlvr.cli.evaluate import EnvArgsOption, fail, load_env_or_exit, parse_env_args
+from rlvr.cli.common import EnvArgsOption, console, fail, load_env_or_exit, parse_env_args
 
-console = Console()
-ALGOS = ("grpo", "grpo_mr", "mt_grpo", "ms_po", "mt_grpo_k", "turn_return")
-REPO_CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-
-
-def config_fields() -> dict[str, dataclasses.Field]:
-    from rlvr.trainer import MTGRPOConfig
-
-    return {f.name: f for f in dataclasses.fields(MTGRPOConfig) if f.init}
+PLAN_FILE = "launch_plan.json"
+LAUNCHED_ENV = "RLVR_LAUNCH_PLAN"  # set for accelerate workers: the plan file they train from
+TOML_KEYS = ("env", "model", "algo", "env_args", "training")
 
 
-def check_keys(keys, where: str) -> None:
+@dataclass
+class TrainPlan:
+    """Everything one training run needs, resolved and JSON-serialisable."""
+
+    env: str
+    model: str
+    algo: str
+    run_dir: str
+    env_args: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)  # fields of the algorithm's configuration class
+    server: str | None = None
+    resume: bool = False
+
+
+def algorithms() -> dict:
+    from rlvr.trainer.recipes import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def config_fields(algo: str) -> dict[str, dataclasses.Field]:
+    from rlvr.trainer.recipes import config_class
+
+    return {f.name: f for f in dataclasses.fields(config_class(algo)) if f.init}
+
+
+def check_algo(algo: str) -> None:
+    known = algorithms()
+    if algo not in known:
+        close = difflib.get_close_matches(algo, known, n=1)
+        raise fail(f"unknown --algo {algo!r}." + (f" Did you mean {close[0]!r}?" if close else
+                                                   f" Use one of {', '.join(known)}."))
+
+
+def check_keys(keys, algo: str, where: str) -> None:
     """Unknown training keys fail with the closest valid name, before anything slow starts."""
-    fields = config_fields()
+    fields = config_fields(algo)
     for key in keys:
         if key not in fields:
             close = difflib.get_close_matches(key, fields, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else " See `rlvr train --help` and MTGRPOConfig."
-            raise fail(f"unknown training option {key!r} in {where}.{hint}")
+            hint = f" Did you mean {close[0]!r}?" if close else " See `rlvr train --help` and the configuration class."
+            raise fail(f"unknown training option {key!r} in {where} (algo {algo!r}).{hint}")
 
 
-def coerce(key: str, text: str):
+def coerce(text: str):
     """`--set key=value` values arrive as text: read them as TOML scalars (numbers, booleans, strings)."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
@@ -45,108 +82,141 @@ def coerce(key: str, text: str):
         return text  # a bare word: a string option such as loss_type=ppo_clip
 
 
+def apply_override(training: dict[str, Any], item: str, algo: str) -> None:
+    """`KEY=VALUE`, or `TABLE.KEY=VALUE` for a table option such as `credit.coef=0.5`."""
+    key, sep, value = item.partition("=")
+    if not sep:
+        raise fail(f"--set {item!r}: write KEY=VALUE, e.g. --set learning_rate=1e-5 or --set credit.coef=0.5")
+    table, dot, name = key.partition(".")
+    check_keys([table], algo, "--set")
+    if dot:
+        if not isinstance(training.get(table, {}), dict):
+            raise fail(f"--set {item!r}: {table} is not a table option")
+        training[table] = {**training.get(table, {}), name: coerce(value)}
+    else:
+        training[key] = coerce(value)
+
+
 def read_config(path: Path | None) -> dict:
-    """A TOML file: top-level env/model/algo, an [env_args] table and a [training] table (MTGRPOConfig fields)."""
+    """A TOML file: top-level env/model/algo, an [env_args] table and a [training] table (configuration fields,
+    with the algorithm's parameters in [training.credit])."""
     if path is None:
         return {}
     if not path.is_file():
-        raise fail(f"--config {path} does not exist (examples: {REPO_CONFIGS / 'train'})")
+        raise fail(f"--config {path} does not exist (examples: configs/train/ in the rlvr repository)")
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise fail(f"--config {path} is not valid TOML: {err}") from err
-    allowed = {"env", "model", "algo", "env_args", "training"}
     for key in data:
-        if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1)
+        if key not in TOML_KEYS:
+            close = difflib.get_close_matches(key, TOML_KEYS, n=1)
             raise fail(f"unknown top-level key {key!r} in {path}." + (f" Did you mean {close[0]!r}?" if close else
-                       f" Allowed: {', '.join(sorted(allowed))}; training options go under [training]."))
-    check_keys(data.get("training", {}), str(path))
+                       f" Allowed: {', '.join(TOML_KEYS)}; training options go under [training]."))
     return data
+
+
+def resolve_plan(config: Path | None, env: str | None, model: str | None, algo: str | None, overrides: list[str],
+                 env_args: str, server: str | None, run_dir: Path | None, resume: bool) -> TrainPlan:
+    data = read_config(config)
+    algo = algo or data.get("algo", "mt_grpo")
+    check_algo(algo)
+    env, model = env or data.get("env"), model or data.get("model")
+    if not env or not model:
+        raise fail("give --env and --model (or env/model in --config)")
+    training = dict(data.get("training", {}))
+    check_keys(training, algo, str(config))
+    for item in overrides:
+        apply_override(training, item, algo)
+    run_dir = run_dir or Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
+    return TrainPlan(env=env, model=model, algo=algo, run_dir=str(run_dir), server=server, resume=resume,
+                     env_args={**data.get("env_args", {}), **parse_env_args(env_args)}, training=training)
+
+
+def run_plan(plan: TrainPlan) -> None:
+    from rlvr import models
+    from rlvr.trainer import ConfigError, ResumeError, ServerError, build_config, run_training
+
+    try:
+        models.resolve(plan.model)
+    except models.ModelError as err:
+        raise fail(str(err)) from err
+    try:
+        cfg = build_config(plan.algo, {"output_dir": plan.run_dir, **plan.training})
+    except (ConfigError, TypeError) as err:
+        raise fail(f"training options: {err}") from err
+    vf_env = load_env_or_exit(plan.env, plan.env_args)
+    try:
+        run_training(vf_env, plan.model, cfg, server_url=plan.server, run_dir=plan.run_dir,
+                     env_args=plan.env_args, resume=plan.resume)
+    except (ConfigError, ServerError, ResumeError) as err:
+        raise fail(str(err)) from err
 
 
 def train(
     env: str | None = typer.Option(None, "--env", "-e", help="Environment id (see `rlvr env list`)."),
     model: str | None = typer.Option(None, "--model", "-m", help="Model name or path (see `rlvr models list`)."),
-    algo: str | None = typer.Option(None, "--algo", help=f"Advantage estimator: {', '.join(ALGOS)} (default mt_grpo)."),
+    algo: str | None = typer.Option(None, "--algo", help="Algorithm (default mt_grpo); `rlvr train --list` shows all."),
     config: Path | None = typer.Option(None, "--config", "-c", help="TOML file (see configs/train/)."),
-    overrides: list[str] = typer.Option([], "--set", "-s", help="Training option override KEY=VALUE (repeatable)."),
+    overrides: list[str] = typer.Option([], "--set", "-s", help="Training option KEY=VALUE, or credit.KEY=VALUE."),
     env_args: str = EnvArgsOption,
     server: str | None = typer.Option(None, "--server", help="Attach to a running `rlvr serve` (its root URL)."),
     run_dir: Path | None = typer.Option(None, "--run-dir", "-o", help="Run directory (default runs/train-TIME)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint in --run-dir."),
-    num_processes: int = typer.Option(1, "--num-processes", help="Run under `accelerate launch` (CPU: gloo DDP)."),
+    num_processes: int = typer.Option(1, "--num-processes", help="Training processes under `accelerate launch`."),
+    accelerate_config: Path | None = typer.Option(
+        None, "--accelerate-config", help="accelerate config for --num-processes (default: rlvr's CPU DDP config)."),
+    list_algos: bool = typer.Option(False, "--list", help="List the algorithms and exit."),
 ) -> None:
-    """Train a model on an environment with MT-GRPO (or another estimator); writes a run directory."""
-    from rlvr import models
-
-    data = read_config(config)
-    env = env or data.get("env")
-    model = model or data.get("model")
-    algo = algo or data.get("algo", "mt_grpo")
-    if not env or not model:
-        raise fail("give --env and --model (or env/model in --config)")
-    if algo not in ALGOS:
-        close = difflib.get_close_matches(algo, ALGOS, n=1)
-        raise fail(f"unknown --algo {algo!r}." + (f" Did you mean {close[0]!r}?" if close else f" Use one of {ALGOS}."))
-    training = dict(data.get("training", {}))
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise fail(f"--set {item!r}: write KEY=VALUE, e.g. --set learning_rate=1e-5")
-        check_keys([key], "--set")
-        training[key] = coerce(key, value)
-    run_dir = run_dir or Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        models.resolve(model)
-    except models.ModelError as err:
-        raise fail(str(err)) from err
-    args = {**data.get("env_args", {}), **parse_env_args(env_args), "estimator": algo}
-
-    if num_processes > 1 and os.environ.get("ACCELERATE_LAUNCHED") is None:
-        launch_distributed(num_processes, env, model, algo, training, args, server, run_dir, resume)
+    """Train a model on an environment (MT-GRPO and relatives); writes a run directory."""
+    if list_algos:
+        for name, spec in algorithms().items():
+            console.print(f"[bold]{name:12}[/bold] {spec.summary}")
         return
-    from rlvr.trainer import ConfigError, MTGRPOConfig, ServerError, run_training
+    launched = os.environ.get(LAUNCHED_ENV)
+    if launched:  # an accelerate worker: the parent resolved the plan
+        run_plan(TrainPlan(**json.loads(Path(launched).read_text())))
+        return
+    plan = resolve_plan(config, env, model, algo, overrides, env_args, server, run_dir, resume)
+    if num_processes > 1:
+        launch_distributed(plan, num_processes, accelerate_config)
+    else:
+        run_plan(plan)
+    console.print(f"run directory: {plan.run_dir}  (rlvr analyze {plan.run_dir})")
 
-    vf_env = load_env_or_exit(env, args)
-    try:
-        cfg = MTGRPOConfig(**{"output_dir": str(run_dir), "advantage_estimator": algo, **training})
-        run_training(vf_env, model, cfg, server_url=server, run_dir=run_dir, env_args=args, resume=resume)
-    except (ConfigError, ServerError) as err:
-        raise fail(str(err)) from err
-    console.print(f"run directory: {run_dir}  (rlvr analyze {run_dir})")
+
+def accelerate_config_file(name: str) -> Path:
+    """One of the accelerate configs shipped inside the package (rlvr/trainer/accelerate/)."""
+    return Path(str(resources.files("rlvr.trainer") / "accelerate" / name))
 
 
-def launch_distributed(num_processes, env, model, algo, training, env_args, server, run_dir, resume) -> None:
-    """Re-run this command under `accelerate launch`; the server is started once here, outside the workers."""
-    import json
-
+def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: Path | None) -> None:
+    """Run the plan under `accelerate launch`; the rollout server is started once here, outside the workers."""
+    from rlvr.io import atomic_write_json
     from rlvr.serve import launch
 
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(REPO_CONFIGS / "accelerate" / "cpu_ddp.yaml"), "--num_processes", str(num_processes),
-        "-m", "rlvr.cli", "train", "--env", env, "--model", model, "--algo", algo, "--run-dir", str(run_dir),
-        "--env-args", json.dumps(env_args), *[a for k, v in training.items() for a in ("--set", f"{k}={v}")],
-        *(["--resume"] if resume else []),
-    ]
-    environ = dict(os.environ, ACCELERATE_LAUNCHED="1")
+    config_file = accelerate_config or accelerate_config_file("cpu_ddp.yaml")
+    if not Path(config_file).is_file():
+        raise fail(f"--accelerate-config {config_file} does not exist")
 
     def run(url: str) -> None:
-        result = subprocess.run([*command, "--server", url], env=environ)
+        plan_file = Path(plan.run_dir) / PLAN_FILE
+        atomic_write_json(plan_file, dataclasses.asdict(dataclasses.replace(plan, server=url)))
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
+                   "--num_processes", str(num_processes), "-m", "rlvr.cli", "train"]
+        result = subprocess.run(command, env={**os.environ, LAUNCHED_ENV: str(plan_file.resolve())})
         if result.returncode:
             raise fail(f"accelerate launch exited with {result.returncode}", code=result.returncode)
 
-    if server:
-        run(server)
+    if plan.server:
+        run(plan.server)
     else:
-        with launch(model=model) as started:
+        with launch(model=plan.model) as started:
             run(started.url)
-    console.print(f"run directory: {run_dir}")
 
 
 def demo(
-    steps: int = typer.Option(None, "--steps", help="MT-GRPO steps (default: the demo's measured setting)."),
+    steps: int = typer.Option(None, "--steps", help="Training steps (default: the demo's measured setting)."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/demo-TIME)."),
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model to train."),
     eval_examples: int = typer.Option(None, "--eval-examples", help="Held-out questions per evaluation."),

@@ -1,5 +1,10 @@
-"""MT-GRPO training on verifiers: MTGRPOConfig / MTGRPOTrainer (subclasses of verifiers' RLConfig / RLTrainer)
-and `run_training`, the entry point the CLI calls.
+"""Training recipes on shared building blocks.
+
+    blocks:   policy.py (loading, reference, log-probs, served weights), rollout_client.py (server checks, rollouts,
+              weight sync), batching.py (samples, micro-batches), loss.py, checkpoint.py, metrics.py,
+              hf_overrides.py (every private transformers override), on_policy.py (the on-policy loop)
+    recipes:  mt_grpo.py (MT-GRPO and relatives: group credit)
+    entry:    recipes.py (the algorithms `rlvr train --algo` knows), run.py (`run_training`)
 
 Names are imported on first use: verifiers' RL trainer pulls in deepspeed and liger, which the pure modules
 (loss, batching, metrics) and their tests do not need.
@@ -9,9 +14,14 @@ import importlib
 
 _EXPORTS = {
     "ConfigError": "rlvr.trainer.config",
+    "OnPolicyConfig": "rlvr.trainer.config",
     "MTGRPOConfig": "rlvr.trainer.config",
-    "MTGRPOTrainer": "rlvr.trainer.trainer",
-    "ServerError": "rlvr.trainer.sync",
+    "OnPolicyTrainer": "rlvr.trainer.on_policy",
+    "MTGRPOTrainer": "rlvr.trainer.mt_grpo",
+    "ResumeError": "rlvr.trainer.checkpoint",
+    "ServerError": "rlvr.trainer.rollout_client",
+    "ALGORITHMS": "rlvr.trainer.recipes",
+    "build_config": "rlvr.trainer.recipes",
     "run_training": "rlvr.trainer.run",
 }
 __all__ = list(_EXPORTS)

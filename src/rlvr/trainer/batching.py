@@ -1,11 +1,10 @@
-"""From scored rollouts to training samples: packed trajectories, or one sample per step. Pure functions.
+"""From scored rollouts to training samples and micro-batches. Pure functions.
 
-A rollout's steps carry the server's token ids (`step["tokens"]`: prompt_ids, completion_ids,
-completion_logprobs) and the advantage its rubric wrote (`step["advantage"]`). When each step's prompt ids
-extend the previous step's prompt + completion ids, the whole rollout is one sequence: the model's tokens are
-trained with their turn's advantage and the environment's tokens in between are masked. This forwards every
-token once instead of once per later turn. When the history is not token-prefix-consistent (the chat template
-re-tokenised a previous turn differently, or a step has no tokens), each step becomes its own sample, as in
+A `Rollout` record carries each turn's token ids (`TurnTokens`) and, after credit assignment, one advantage per turn.
+When each turn's prompt ids extend the previous turn's prompt + completion ids, the whole rollout is one sequence:
+the model's tokens are trained with their turn's advantage and the environment's tokens in between are masked. This
+forwards every token once instead of once per later turn. When the history is not token-prefix-consistent (the chat
+template re-tokenised a previous turn differently, or a turn has no tokens), each turn becomes its own sample, as in
 verifiers' Orchestrator. The token view itself is rlvr.credit's (`build_token_view`).
 """
 
@@ -13,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rlvr.credit import build_token_view, prefix_mismatch
+from rlvr.rollouts import Rollout
 
 
 @dataclass(frozen=True)
@@ -26,6 +25,7 @@ class Sample:
     loss_mask: list[int]  # 1 where the policy generated the token and it is trained
     behavior_logprobs: list[float]  # the sampler's logprob of token i (0.0 where masked)
     advantages: list[float]  # the advantage of token i's turn (0.0 where masked)
+    turn_index: list[int]  # the assistant turn token i belongs to (-1: prompt or environment token)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -39,35 +39,59 @@ class RolloutSamples:
     reason: str | None = None  # why it was not packed
 
 
-def _sample(steps: Sequence[dict[str, Any]]) -> Sample:
-    view = build_token_view(steps)
-    return Sample(view.input_ids, view.loss_mask, view.logprobs, view.advantages)
+def _sample(turns, advantages, first_turn: int = 0) -> Sample:
+    view = build_token_view(turns, advantages, first_turn)
+    return Sample(view.input_ids, view.loss_mask, view.logprobs, view.advantages, view.turn_index)
 
 
-def rollout_samples(steps: Sequence[dict[str, Any]], pack: bool = True) -> RolloutSamples:
-    """One packed sample when the rollout is token-prefix-consistent (rlvr.credit.build_token_view), else one
-    sample per step that has token ids."""
-    with_tokens = [s for s in steps if s.get("tokens") is not None]
-    if not with_tokens:
-        return RolloutSamples([], packed=False, trajectory_tokens=0, reason="no step has token ids")
-    last = with_tokens[-1]["tokens"]
-    trajectory_tokens = len(last["prompt_ids"]) + len(last["completion_ids"])
-    reason = prefix_mismatch(steps) if pack else "packing disabled"
+def rollout_samples(rollout: Rollout, pack: bool = True) -> RolloutSamples:
+    """One packed sample when the rollout is token-prefix-consistent, else one sample per turn with token ids."""
+    if rollout.advantages is None:
+        raise ValueError(f"rollout of example {rollout.example_id} has no advantages: assign credit before batching")
+    turns = [t.tokens for t in rollout.turns]
+    indexed = [(k, t) for k, t in enumerate(turns) if t is not None]
+    if not indexed:
+        return RolloutSamples([], packed=False, trajectory_tokens=0, reason="no turn has token ids")
+    last = indexed[-1][1]
+    trajectory_tokens = len(last.prompt_ids) + len(last.completion_ids)
+    reason = prefix_mismatch(turns) if pack else "packing disabled"
     if reason is None:
-        sample = _sample(steps)
+        sample = _sample(turns, rollout.advantages)
         return RolloutSamples([sample], packed=True, trajectory_tokens=len(sample))
-    samples = [_sample([step]) for step in with_tokens]  # one step alone is always consistent
+    samples = [_sample([t], [rollout.advantages[k]], first_turn=k) for k, t in indexed]  # one turn is consistent
     return RolloutSamples(samples, packed=False, trajectory_tokens=trajectory_tokens, reason=reason)
 
 
-def distribute(
-    samples: Sequence[Sample], num_processes: int, micro_batch_size: int, pad_token_id: int
-) -> list[list[list[Sample]]]:
-    """Split samples over processes (balanced by tokens), then into micro-batches of similar lengths.
+def _micro_batches(samples: list[Sample], max_samples: int | None, max_tokens: int | None) -> list[list[Sample]]:
+    """Consecutive samples (longest first) fill a micro-batch while it keeps at most `max_samples` samples and at
+    most `max_tokens` padded tokens (samples x longest length). A sample longer than the budget goes alone."""
+    batches: list[list[Sample]] = []
+    for sample in sorted(samples, key=len, reverse=True):
+        current = batches[-1] if batches else None
+        fits = current is not None
+        if fits and max_samples is not None:
+            fits = len(current) < max_samples
+        if fits and max_tokens is not None:
+            fits = (len(current) + 1) * len(current[0]) <= max_tokens  # sorted: current[0] is the longest
+        if fits:
+            current.append(sample)
+        else:
+            batches.append([sample])
+    return batches
 
-    Every process gets the same number of micro-batches (DDP all-reduces once per backward, so unequal
-    counts would hang); a short process is topped up with a two-token (one target), fully masked filler sample.
+
+def split_batch(
+    samples: Sequence[Sample], num_processes: int, pad_token_id: int, *,
+    max_samples: int | None = None, max_tokens: int | None = None,
+) -> list[list[list[Sample]]]:
+    """Split samples over processes (balanced by tokens), then into micro-batches by a sample count and/or a padded
+    token budget. Returns [process][micro-batch][sample].
+
+    Every process gets the same number of micro-batches (DDP all-reduces once per backward, so unequal counts would
+    hang); a short process is topped up with a two-token (one target), fully masked filler sample.
     """
+    if max_samples is None and max_tokens is None:
+        raise ValueError("split_batch: give max_samples, max_tokens or both")
     loads = [0] * num_processes
     per_process: list[list[Sample]] = [[] for _ in range(num_processes)]
     # Longest-processing-time-first greedy: each sample goes to the least-loaded process.
@@ -75,12 +99,7 @@ def distribute(
         rank = min(range(num_processes), key=lambda r: (loads[r], r))
         per_process[rank].append(sample)
         loads[rank] += len(sample)
-    counts = [-(-len(p) // micro_batch_size) for p in per_process]
-    num_micro = max(max(counts), 1)
-    filler = Sample([pad_token_id] * 2, [0, 0], [0.0, 0.0], [0.0, 0.0])
-    result = []
-    for proc_samples in per_process:
-        micro = [proc_samples[i: i + micro_batch_size] for i in range(0, len(proc_samples), micro_batch_size)]
-        micro += [[filler]] * (num_micro - len(micro))
-        result.append(micro)
-    return result
+    micro = [_micro_batches(p, max_samples, max_tokens) for p in per_process]
+    count = max(max(len(m) for m in micro), 1)
+    filler = Sample([pad_token_id] * 2, [0, 0], [0.0, 0.0], [0.0, 0.0], [-1, -1])
+    return [m + [[filler]] * (count - len(m)) for m in micro]

@@ -1,19 +1,20 @@
-"""MTGRPOConfig: verifiers' RLConfig plus the options of turn-level credit assignment.
+"""Training configurations: `OnPolicyConfig` (what every on-policy recipe shares) and `MTGRPOConfig` (group credit).
 
-Everything verifiers' `RLConfig` knows (batch sizes, sampling, LoRA, server host/port) keeps its meaning; the
-fields below add the MT-GRPO options. Defaults are chosen so that the same config runs on a 2-core CPU
-(fp32, no liger, no wandb key needed) and on GPUs (set `bf16=True`, `use_liger=True`).
+Everything verifiers' `RLConfig` knows (batch sizes, sampling, LoRA, server host/port) keeps its meaning;
+`OnPolicyConfig` adds the loss, rollout and run options shared by the on-policy recipes, and each recipe's config
+adds its algorithm. Defaults are chosen so that the same config runs on a 2-core CPU (fp32, no liger, no wandb key
+needed) and on GPUs (set `bf16=True`). Every check runs when the configuration is built, before any server starts.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from verifiers.rl.trainer import RLConfig
 
-from rlvr.credit import ESTIMATORS
+from rlvr.credit import ESTIMATORS, estimator_parameters
 
 LOSS_TYPES = ("ppo_clip", "masked_is")
 WEIGHT_SYNC = ("auto", "nccl", "cpu")
@@ -30,18 +31,8 @@ def _cuda_available() -> bool:
 
 
 @dataclass
-class MTGRPOConfig(RLConfig):
-    # --- credit assignment (estimators of rlvr.credit, applied by the environment's TurnRubric) ---
-    advantage_estimator: str | None = field(
-        default=None,
-        metadata={"help": "rlvr.credit estimator (grpo, grpo_mr, mt_grpo, ms_po, mt_grpo_k, turn_return) set on "
-                  "the environment's TurnRubric; None keeps the environment's own. Rubrics that are not "
-                  "turn-aware always get outcome-only GRPO with std normalisation."},
-    )
-    turn_advantage_coef: float = field(default=1.0, metadata={"help": "MT-GRPO coefficient on the turn term."})
-    discount_factor: float = field(default=1.0, metadata={"help": "gamma / alpha of the K-turn estimators."})
-    normalize: str = field(default="std", metadata={"help": "advantage normalisation: std | none."})
-
+class OnPolicyConfig(RLConfig):
+    trainer: ClassVar[str]  # "module:Class" of the recipe that trains with this configuration
     # --- loss ---
     loss_type: Literal["ppo_clip", "masked_is"] = field(
         default="ppo_clip",
@@ -57,6 +48,11 @@ class MTGRPOConfig(RLConfig):
     # --- rollouts ---
     max_tokens_per_turn: int | None = field(
         default=None, metadata={"help": "Generation limit per assistant turn (default: RLConfig.max_tokens)."}
+    )
+    micro_batch_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Token budget of a micro-batch (padded tokens): micro-batches are filled up to it instead "
+                  "of holding micro_batch_size samples. None: micro_batch_size samples each."},
     )
     pack_trajectories: bool = field(
         default=True,
@@ -97,10 +93,8 @@ class MTGRPOConfig(RLConfig):
             raise ConfigError(f"weight_sync={self.weight_sync!r} is not one of {WEIGHT_SYNC}")
         if self.weight_sync == "nccl" and not _cuda_available():
             raise ConfigError("weight_sync='nccl' needs CUDA, which this machine lacks: use weight_sync='cpu' or 'auto'")
-        if self.advantage_estimator is not None and self.advantage_estimator not in ESTIMATORS:
-            raise ConfigError(f"advantage_estimator={self.advantage_estimator!r} is not one of {sorted(ESTIMATORS)}")
-        if self.normalize not in ("std", "none"):
-            raise ConfigError(f"normalize={self.normalize!r}: use 'std' or 'none'")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 2:
+            raise ConfigError(f"micro_batch_tokens={self.micro_batch_tokens} must be >= 2 (or None)")
         if not (0 <= self.epsilon_low < 1 and self.epsilon_high >= 0):
             raise ConfigError(f"epsilon_low={self.epsilon_low}, epsilon_high={self.epsilon_high}: "
                               "need 0 <= epsilon_low < 1 and epsilon_high >= 0")
@@ -123,3 +117,29 @@ class MTGRPOConfig(RLConfig):
             raise ConfigError(f"save_steps={self.save_steps} must be a multiple of num_iterations="
                               f"{self.num_iterations}: a checkpoint between two passes over one batch could "
                               "not resume that batch")
+
+
+@dataclass
+class MTGRPOConfig(OnPolicyConfig):
+    """Critic-free group credit: one of the `rlvr.credit` estimators, run on each group of rollouts of a prompt."""
+
+    trainer: ClassVar[str] = "rlvr.trainer.mt_grpo:MTGRPOTrainer"
+
+    algo: str = field(
+        default="mt_grpo",
+        metadata={"help": f"Credit estimator (rlvr.credit.ESTIMATORS): {', '.join(ESTIMATORS)}."},
+    )
+    credit: dict = field(
+        default_factory=dict,
+        metadata={"help": "The estimator's parameters by their own names (e.g. coef, gamma, alpha, unreached, norm); "
+                  "merged with the environment's TurnRubric credit defaults, a conflict being an error."},
+    )
+
+    def _validate(self) -> None:
+        super()._validate()
+        if self.algo not in ESTIMATORS:
+            raise ConfigError(f"algo={self.algo!r} is not a group-credit estimator; choose one of {sorted(ESTIMATORS)}")
+        unknown = sorted(set(self.credit) - set(estimator_parameters(self.algo)))
+        if unknown:
+            raise ConfigError(f"credit parameter(s) {unknown} do not apply to algo={self.algo!r}; it takes "
+                              f"{sorted(estimator_parameters(self.algo))}")

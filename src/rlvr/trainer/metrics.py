@@ -11,11 +11,11 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from transformers import TrainerCallback
 
 from rlvr.io import append_jsonl, atomic_write_text
+from rlvr.rollouts import Rollout, rollout_statistics, turn_name
 from rlvr.trainer.batching import RolloutSamples
 
 
@@ -28,54 +28,30 @@ def _std(values: Sequence[float]) -> float:
     return math.sqrt(_mean([(v - mu) ** 2 for v in values])) if values else 0.0
 
 
-def rollout_metrics(states: Sequence[dict[str, Any]], rollouts: Sequence[RolloutSamples]) -> dict[str, float]:
-    """Reward, per-turn reward and advantage statistics, tool success, turns, packing (one generated batch)."""
-    metrics: dict[str, float] = {}
-    rewards = [float(s.get("reward") or 0.0) for s in states]
-    metrics["reward"] = _mean(rewards)
-    metrics["reward/std"] = _std(rewards)
-    for name in sorted({k for s in states for k in (s.get("metrics") or {})}):
-        metrics[f"reward/{name}"] = _mean([float((s.get("metrics") or {}).get(name, 0.0)) for s in states])
-
-    turn_rewards: dict[int, list[float]] = {}
-    turn_advantages: dict[int, list[float]] = {}
-    for state in states:
-        for k, step in enumerate(state["trajectory"]):
-            if step.get("reward") is not None:
-                turn_rewards.setdefault(k, []).append(float(step["reward"]))
-            if step.get("advantage") is not None:
-                turn_advantages.setdefault(k, []).append(float(step["advantage"]))
-    for k, values in sorted(turn_rewards.items()):
-        metrics[f"turn/{k}/reward"] = _mean(values)
-    for k, values in sorted(turn_advantages.items()):
-        metrics[f"turn/{k}/advantage_mean"] = _mean(values)
-        metrics[f"turn/{k}/advantage_std"] = _std(values)
-        metrics[f"turn/{k}/advantage_absmean"] = _mean([abs(v) for v in values])
-    all_turn_rewards = [v for values in turn_rewards.values() for v in values]
-    metrics["turn_reward"] = _mean(all_turn_rewards)  # mean over all assistant turns of the batch
-
-    # Fraction of assistant turns that the environment answered with a tool result, as TurnRubric classifies
-    # them (step["extras"]["tool_result"]); absent for rubrics that are not turn-aware.
-    results = [float(step["extras"]["tool_result"]) for s in states for step in s["trajectory"]
-               if "tool_result" in (step.get("extras") or {})]
-    if results:
-        metrics["tools/success_rate"] = _mean(results)
-    metrics["turns_per_rollout"] = _mean([float(len(s["trajectory"])) for s in states])
-    metrics["rollouts/errors"] = float(sum(s.get("error") is not None for s in states))
-
-    forwarded = sum(len(sample) for r in rollouts for sample in r.samples)
-    trajectory = sum(r.trajectory_tokens for r in rollouts)
-    metrics["batch/packed_fraction"] = _mean([float(r.packed) for r in rollouts])
+def batch_metrics(rollouts: Sequence[Rollout], samples: Sequence[RolloutSamples]) -> dict[str, float]:
+    """One generated batch: the rollout statistics (rlvr.rollouts' naming, as evaluations use), per-turn advantage
+    statistics, packing and token counts."""
+    metrics = {name: _mean(values) for name, values in rollout_statistics(rollouts).items()}
+    metrics["reward/std"] = _std([r.outcome for r in rollouts])
+    scored = [r for r in rollouts if r.advantages is not None]
+    for k in range(max((len(r.turns) for r in scored), default=0)):
+        values = [r.advantages[k] for r in scored if len(r.advantages) > k]
+        metrics[turn_name(k, "advantage_mean")] = _mean(values)
+        metrics[turn_name(k, "advantage_std")] = _std(values)
+        metrics[turn_name(k, "advantage_absmean")] = _mean([abs(v) for v in values])
+    forwarded = sum(len(sample) for r in samples for sample in r.samples)
+    trajectory = sum(r.trajectory_tokens for r in samples)
+    metrics["batch/packed_fraction"] = _mean([float(r.packed) for r in samples])
     metrics["batch/forwarded_over_trajectory_tokens"] = forwarded / trajectory if trajectory else 0.0
-    metrics["batch/samples"] = float(sum(len(r.samples) for r in rollouts))
+    metrics["batch/samples"] = float(sum(len(r.samples) for r in samples))
     metrics["tokens/generated"] = float(sum(
-        len(step["tokens"]["completion_ids"]) for s in states for step in s["trajectory"] if step.get("tokens")
+        len(t.tokens.completion_ids) for r in rollouts for t in r.turns if t.tokens is not None
     ))
     return metrics
 
 
-def truncate_jsonl(path: Path, max_step: int) -> None:
-    """Drop records logged after `max_step` (a resumed run recomputes them), atomically."""
+def truncate_jsonl(path: Path, max_step: int, inclusive: bool = True) -> None:
+    """Drop records logged after `max_step` (or at it, with inclusive=False): a resumed run logs them again."""
     if not path.exists():
         return
     kept = []
@@ -84,21 +60,27 @@ def truncate_jsonl(path: Path, max_step: int) -> None:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # the line a SIGKILL cut in half
-        if int(record.get("step", 0)) <= max_step:
+        step = int(record.get("step", 0))
+        if step < max_step or (inclusive and step == max_step):
             kept.append(line)
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 class JsonlMetricsCallback(TrainerCallback):
-    """Every `Trainer.log` call of the main process becomes one line of `metrics.jsonl` in the run dir."""
+    """Every `Trainer.log` call of the main process becomes one line of `metrics.jsonl` in the run dir. At the start
+    (a resume included) it drops the lines of `metrics.jsonl` and `rollouts.jsonl` logged after the step training
+    starts from, which the resumed run logs again."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, rollouts_path: Path | None = None):
         self.path = Path(path)
+        self.rollouts_path = rollouts_path
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             truncate_jsonl(self.path, state.global_step)
+            if self.rollouts_path is not None:
+                truncate_jsonl(self.rollouts_path, state.global_step, inclusive=False)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
@@ -110,7 +92,8 @@ class RichProgressCallback(TrainerCallback):
 
     SHOWN = ("reward", "turn_reward", "loss", "batch/packed_fraction", "time/step_s")
 
-    def __init__(self):
+    def __init__(self, label: str = "train"):
+        self.label = label
         self.progress = None
         self.task = None
 
@@ -119,7 +102,7 @@ class RichProgressCallback(TrainerCallback):
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.progress = Progress(TextColumn("[bold]MT-GRPO"), BarColumn(), MofNCompleteColumn(),
+        self.progress = Progress(TextColumn(f"[bold]{self.label}"), BarColumn(), MofNCompleteColumn(),
                                  TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
         self.progress.start()
         self.task = self.progress.add_task("train", total=state.max_steps, completed=state.global_step, info="")

@@ -1,4 +1,5 @@
-"""The trainer's side of the rollout server: start-up checks with actionable errors, and weight sync.
+"""The trainer's side of a rollout server (`RolloutClient`): start-up checks with actionable errors, rollouts of an
+environment as `Rollout` records, and the weight-sync transport.
 
 CPU: the whole (LoRA-merged) state dict goes to `rlvr serve` through `rlvr.serve.CPUWeightSyncClient`.
 GPU: verifiers' own NCCL protocol (`VLLMClient`, driven by `RLTrainer.update_vllm`).
@@ -6,9 +7,19 @@ GPU: verifiers' own NCCL protocol (`VLLMClient`, driven by `RLTrainer.update_vll
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import httpx
 import torch
-from accelerate.utils import is_peft_model
+import verifiers as vf
+from datasets import Dataset
+from openai import AsyncOpenAI
+
+from rlvr.rollouts import Rollout, from_state
 
 
 class ServerError(RuntimeError):
@@ -81,29 +92,6 @@ def missing_token_ids_error(url: str) -> ServerError:
     )
 
 
-def policy_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The weights vLLM should serve, under checkpoint names: LoRA merged into the base weights.
-
-    `state_dict()`, not `named_parameters()`: the latter lists a tied lm_head only once (as the embedding), and a
-    server that keeps lm_head as its own tensor (vLLM on CPU in fp32) would keep serving the old one. Name mapping
-    as in verifiers' RLTrainer.update_vllm (verifiers/rl/trainer/trainer.py). Tensors are cloned: under LoRA they
-    must outlive `unmerge_adapter`.
-    """
-    if not is_peft_model(model):
-        return {name: t.detach().clone() for name, t in model.state_dict().items()}
-    state: dict[str, torch.Tensor] = {}
-    model.merge_adapter()
-    try:
-        for name, tensor in model.state_dict().items():
-            name = name.removeprefix("base_model.model.").replace(".base_layer", "")
-            if model.prefix in name or "original_module" in name:
-                continue  # the LoRA factors themselves, and modules_to_save's frozen originals
-            state[name.replace("modules_to_save.default.", "")] = tensor.detach().clone()
-    finally:
-        model.unmerge_adapter()
-    return state
-
-
 def server_prompt_logprobs(url: str, model: str, input_ids: list[int], timeout: float = 60.0) -> list[float]:
     """The server's logprob of each token of `input_ids` given the previous ones (vLLM `prompt_logprobs`)."""
     root = url.rstrip("/").removesuffix("/v1")
@@ -114,3 +102,59 @@ def server_prompt_logprobs(url: str, model: str, input_ids: list[int], timeout: 
     entries = response.json()["choices"][0]["prompt_logprobs"]
     # entries[i] maps token ids (as strings) to {"logprob": ...}; entry 0 is None (no context).
     return [entry[str(tok)]["logprob"] for tok, entry in zip(input_ids[1:], entries[1:], strict=True)]
+
+
+@dataclass(frozen=True)
+class GeneratedBatch:
+    rollouts: list[Rollout]
+    generation_s: float  # wall time of generate(), scoring included
+    scoring_s: float  # time the rubrics spent scoring (groups are scored as they finish, so it overlaps generation)
+
+
+class RolloutClient:
+    """One rollout server as the trainer sees it: checked at construction, then asked for rollouts and weights."""
+
+    def __init__(self, url: str, model: str, tokenizer, *, sampling_args: Mapping[str, Any], max_concurrent: int,
+                 timeout: float, sync: str, connection_timeout: float = 300.0):
+        self.url = url.rstrip("/").removesuffix("/v1")
+        self.model = check_server(self.url, model, tokenizer)
+        check_token_ids(self.url, self.model, dict(sampling_args))
+        self.sampling_args = dict(sampling_args)
+        self.max_concurrent = max_concurrent
+        self._loop = asyncio.new_event_loop()
+        self._openai = AsyncOpenAI(
+            base_url=f"{self.url}/v1", api_key="EMPTY",
+            http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=max_concurrent), timeout=timeout),
+        )
+        self.cpu_sync = None
+        self.nccl = None  # verifiers' VLLMClient, read by RLTrainer.update_vllm
+        if sync == "cpu":
+            from rlvr.serve import CPUWeightSyncClient
+
+            self.cpu_sync = CPUWeightSyncClient(self.url)
+        else:
+            from verifiers.rl.inference.client import VLLMClient
+
+            host, port = self.url.removeprefix("http://").rsplit(":", 1)
+            self.nccl = VLLMClient(host=host, port=int(port), connection_timeout=connection_timeout)
+            self.nccl.init_communicator()
+
+    def generate(self, env: vf.Environment, rows: Dataset, rollouts_per_example: int) -> GeneratedBatch:
+        """`rollouts_per_example` rollouts of each row, scored group by group by the environment's rubric (verifiers'
+        `generate` groups the rollouts of one example and scores each group when it finishes)."""
+        start = time.perf_counter()
+        outputs = self._loop.run_until_complete(env.generate(
+            rows.repeat(rollouts_per_example), client=self._openai, model=self.model,
+            sampling_args=dict(self.sampling_args), max_concurrent=self.max_concurrent, use_tqdm=False,
+        ))
+        generation_s = time.perf_counter() - start
+        states = outputs["state"]
+        per_group = {s["example_id"]: s["timing"].get("scoring_ms", 0.0) for s in states}
+        return GeneratedBatch([from_state(s) for s in states], generation_s, sum(per_group.values()) / 1000)
+
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        self.cpu_sync.update_weights(state_dict)
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._openai.close())
+        self._loop.close()

@@ -1,4 +1,5 @@
-"""`run_training`: the one call behind `rlvr train` — start or attach a server, train, write the run directory.
+"""`run_training`: the one call behind `rlvr train` (any on-policy recipe): start or attach a server, train, write
+the run directory.
 
 Run directory:
     config.json        the resolved training config, environment and model
@@ -18,14 +19,15 @@ from accelerate import PartialState
 from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 
 from rlvr.io import atomic_write_json
-from rlvr.trainer.config import MTGRPOConfig
-from rlvr.trainer.trainer import MTGRPOTrainer
+from rlvr.trainer.checkpoint import check_resume, read_run_state
+from rlvr.trainer.config import OnPolicyConfig
+from rlvr.trainer.recipes import trainer_class
 
 
 def run_training(
     env: vf.Environment | str,
     model: str,
-    config: MTGRPOConfig,
+    config: OnPolicyConfig,
     server_url: str | None = None,
     run_dir: str | Path | None = None,
     *,
@@ -33,7 +35,7 @@ def run_training(
     resume: bool | str = False,
     serve_args: list[str] | None = None,
 ) -> TrainOutput:
-    """Train `model` on `env` with MT-GRPO.
+    """Train `model` on `env` with the recipe of `config` (MTGRPOConfig: MT-GRPO and relatives).
 
     env: a verifiers Environment or an installed environment id (loaded with `env_args`).
     model: a registered name ("tiny-random", "smollm2-135m"), a local path or a hub id.
@@ -48,6 +50,8 @@ def run_training(
         config.output_dir = str(run_dir)
     run_dir = Path(config.output_dir)
     checkpoint = get_last_checkpoint(str(run_dir)) if resume is True and run_dir.is_dir() else (resume or None)
+    recipe = trainer_class(config)
+    recipe.preflight(env, config)
     is_main = PartialState().is_main_process
     if is_main:
         atomic_write_json(run_dir / "config.json", {
@@ -60,7 +64,9 @@ def run_training(
             from rlvr.serve import launch
 
             server_url = stack.enter_context(launch(model=model, extra_args=serve_args or [])).url
-        trainer = MTGRPOTrainer(model, env, config, server_url=server_url)
+        trainer = recipe(model, env, config, server_url=server_url)
+        if checkpoint:
+            check_resume(read_run_state(Path(checkpoint)), trainer.run_state())
         output = trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_policy(run_dir / "final")
     return output

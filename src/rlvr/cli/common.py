@@ -1,0 +1,89 @@
+"""What the command modules share: options, error exits, environment loading and model endpoints."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from rlvr import evaluation
+
+console = Console()
+
+EnvOption = typer.Option(..., "--env", "-e", help="Environment id, e.g. vf-triviaqa-search (see `rlvr env list`).")
+EnvArgsOption = typer.Option("{}", "--env-args", "-a", help='JSON keyword arguments for load_environment.')
+NumOption = typer.Option(5, "--num-examples", "-n", help="Examples to run (-1: all).")
+RolloutsOption = typer.Option(1, "--rollouts-per-example", "-r", help="Rollouts per example.")
+TemperatureOption = typer.Option(0.0, "--temperature", "-t", help="Sampling temperature (0: greedy).")
+MaxTokensOption = typer.Option(256, "--max-tokens", help="Max new tokens per assistant turn.")
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+def parse_env_args(text: str) -> dict:
+    try:
+        args = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise fail(f"--env-args is not valid JSON ({err}): {text!r}. Example: --env-args '{{\"max_turns\": 3}}'") from err
+    if not isinstance(args, dict):
+        raise fail(f"--env-args must be a JSON object, got {type(args).__name__}: {text!r}")
+    return args
+
+
+@contextmanager
+def endpoint(model: str | None, url: str | None) -> Iterator[tuple[str, str]]:
+    """(base_url, served model name): attach to ``url``, or serve ``model`` with `rlvr serve` for the duration."""
+    if (model is None) == (url is None):
+        raise fail("give exactly one of --model (start a server here) or --endpoint URL (use a running one)")
+    if url is not None:
+        base_url = url.rstrip("/")
+        base_url = base_url if base_url.endswith("/v1") else base_url + "/v1"
+        try:
+            evaluation.check_endpoint(base_url)
+        except ConnectionError as err:
+            raise fail(str(err)) from err
+        yield base_url, served_model_name(base_url)
+        return
+    from rlvr import models
+    from rlvr.serve import launch
+
+    try:
+        models.resolve(model)
+    except models.ModelError as err:
+        raise fail(str(err)) from err
+    console.print(f"starting rlvr serve for {model} (about a minute on CPU)...")
+    with launch(model=model) as server:
+        yield server.base_url, server.model
+
+
+def served_model_name(base_url: str) -> str:
+    import httpx
+
+    data = httpx.get(base_url + "/models", timeout=10).json()["data"]
+    return data[0]["id"]
+
+
+def load_env_or_exit(env: str, env_args: dict):
+    try:
+        return evaluation.load_env(env, env_args)
+    except evaluation.EnvironmentLoadError as err:
+        raise fail(str(err)) from err
+
+
+def default_out_dir(kind: str, env: str, model: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("outputs") / kind / f"{env}--{model.replace('/', '--')}" / stamp
+
+
+def sampling(temperature: float, max_tokens: int) -> dict:
+    return {"temperature": temperature, "max_tokens": max_tokens}
+
+

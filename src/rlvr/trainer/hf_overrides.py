@@ -1,0 +1,73 @@
+"""Every override of a private transformers `Trainer` method lives here, in one mixin, so that an upgrade of
+transformers has one file to check. The recipes override only public hooks.
+
+- `_get_output_dir` / `_save_checkpoint`: checkpoints are written into a staging directory and renamed into place
+  (a run killed mid-save keeps the previous checkpoint; `get_last_checkpoint` never sees a half-written one), with
+  rlvr's data position (`rlvr_state.json`) inside.
+- `log`: the recipe's buffered step metrics are averaged into transformers' log record (RLTrainer.log without its
+  console dump), with seconds per step.
+- `_inner_training_loop`: the recipe's `close()` runs however training ends.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from transformers import Trainer
+from transformers.trainer_utils import rotate_checkpoints
+
+from rlvr.trainer.checkpoint import RunState, publish, write_run_state
+
+
+class TransformersOverrides:
+    """Mixed into a transformers Trainer subclass that defines `run_state() -> RunState` and `close()`."""
+
+    _staging_dir: str | None = None
+    _last_log_time: float = 0.0
+
+    def run_state(self) -> RunState:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _get_output_dir(self, trial) -> str:
+        return self._staging_dir or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"checkpoint-{self.state.global_step}"
+        staging = run_dir / f".staging-{name}"
+        if self.accelerator.is_main_process and staging.exists():
+            shutil.rmtree(staging)  # left by a run killed while saving
+        self.accelerator.wait_for_everyone()
+        self._staging_dir = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_dir = None
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            write_run_state(staging / name, self.run_state())
+            publish(staging / name, run_dir / name)
+            shutil.rmtree(staging, ignore_errors=True)
+            rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
+        self.accelerator.wait_for_everyone()
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        metrics = {k: sum(v) / len(v) for k, v in self._metrics["train"].items()}
+        self._metrics["train"].clear()
+        now = time.perf_counter()
+        if "loss" in logs:  # a training-step log (not the end-of-training summary)
+            metrics["time/step_s"] = (now - self._last_log_time) / max(self.args.logging_steps, 1)
+            self._last_log_time = now
+        Trainer.log(self, {**logs, **metrics}, start_time)
+
+    def _inner_training_loop(self, *args, **kwargs):
+        try:
+            return super()._inner_training_loop(*args, **kwargs)
+        finally:
+            self.close()

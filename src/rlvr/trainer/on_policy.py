@@ -1,0 +1,326 @@
+"""OnPolicyTrainer: the loop every on-policy recipe shares, on verifiers' RLTrainer (a transformers Trainer).
+
+One optimizer step, top to bottom (`training_step`; transformers' loop then clips, steps the optimizer and the
+scheduler, logs and checkpoints):
+
+    every num_iterations steps:  sync weights to the server (if they changed) -> generate a batch of groups, each
+                                 scored by the environment's rubric -> Rollout records -> `assign_credit` (the
+                                 recipe) -> training samples -> micro-batches
+    every step:                  per-token policy loss over the micro-batches (PPO clip or masked IS, + KL)
+
+A recipe subclasses it and implements `assign_credit` (MT-GRPO: a group estimator; PPO: a critic and GAE).
+Generation is synchronous (on-policy): on a 2-core CPU, overlapping vLLM and training would only split the same
+cores, and on-policy batches make `num_iterations`' "old policy" the sampling policy exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import verifiers as vf
+from accelerate.utils import broadcast_object_list
+from transformers import PreTrainedModel, Trainer
+from transformers.trainer_callback import ProgressCallback
+from verifiers.rl.trainer import RLTrainer
+from verifiers.rl.trainer.utils import (
+    finalize_stat_tracker,
+    init_stat_tracker,
+    pad,
+    summarize_values,
+    update_stat_tracker,
+)
+from verifiers.utils.message_utils import messages_to_printable
+
+from rlvr.io import append_jsonl
+from rlvr.rollouts import Rollout
+from rlvr.trainer.batching import RolloutSamples, Sample, rollout_samples, split_batch
+from rlvr.trainer.checkpoint import RunState
+from rlvr.trainer.config import OnPolicyConfig
+from rlvr.trainer.hf_overrides import TransformersOverrides
+from rlvr.trainer.loss import policy_loss
+from rlvr.trainer.metrics import JsonlMetricsCallback, RichProgressCallback, batch_metrics
+from rlvr.trainer.policy import (
+    frozen_reference,
+    load_policy,
+    policy_state_dict,
+    reference_logprobs,
+    token_logprobs,
+    with_lora,
+)
+from rlvr.trainer.rollout_client import RolloutClient, missing_token_ids_error, server_prompt_logprobs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainBatch:
+    """What every process needs from one generated batch (picklable: it is broadcast from the main process)."""
+
+    batch_index: int
+    microbatches: list[list[list[Sample]]]  # [process][micro-batch][sample]
+    loss_tokens: int  # trained tokens over all processes (the loss normaliser)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class OnPolicyTrainer(TransformersOverrides, RLTrainer):
+    label = "on-policy"  # shown on the progress bar
+
+    def __init__(
+        self,
+        model: str | PreTrainedModel,
+        env: vf.Environment,
+        args: OnPolicyConfig,
+        processing_class=None,
+        server_url: str | None = None,
+        callbacks: list | None = None,
+    ):
+        self.logger = logger
+        model_name = model if isinstance(model, str) else model.config._name_or_path
+        policy, tokenizer = load_policy(model, bf16=args.bf16, tokenizer=processing_class)
+        self.ref_model = frozen_reference(policy) if args.beta > 0 and not args.use_lora else None
+        policy = with_lora(policy, args.lora_config if args.use_lora else None, args)
+        run_dir = Path(args.output_dir)
+        callbacks = [*(callbacks or []), JsonlMetricsCallback(run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl")]
+        # RLTrainer.__init__ opens verifiers' NCCL communicator and starts its asynchronous generation thread
+        # unconditionally; rlvr needs the CPU transport and on-policy batches, so the model preparation is done
+        # above and transformers' Trainer is initialised directly. Everything else of RLTrainer is inherited.
+        Trainer.__init__(self, model=policy, args=args, processing_class=tokenizer, callbacks=callbacks)
+        if args.progress:
+            self.remove_callback(ProgressCallback)
+            self.add_callback(RichProgressCallback(self.label))
+        if self.ref_model is not None:
+            self.ref_model.to(self.args.device)
+        # Attributes that RLTrainer's inherited methods read (get_train_dataloader, update_vllm, log_metrics).
+        self.max_steps = args.max_steps
+        self.orchestrator = None
+        self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+        self.env = env
+        self.run_dir = run_dir
+        dataset = env.get_dataset()
+        if len(dataset) == 0:
+            raise ValueError("the environment's training dataset is empty: check load_environment's arguments")
+        self.dataset_fingerprint = dataset._fingerprint
+        self.dataset = dataset.shuffle(seed=args.seed) if args.shuffle_dataset else dataset
+        self.prompts_per_batch = args.batch_size // args.rollouts_per_example
+        self.sync_mode = args.weight_sync if args.weight_sync != "auto" else (
+            "nccl" if torch.cuda.is_available() else "cpu")
+
+        self._batch: TrainBatch | None = None
+        self._synced_at_step: int | None = None
+        self._pending: dict[str, float] = {}  # timings of this step's generation and sync
+        self._last_log_time = time.perf_counter()
+        self.rollouts: RolloutClient | None = None
+        self.client = None  # verifiers' VLLMClient (NCCL), read by RLTrainer.update_vllm
+        if self.accelerator.is_main_process:
+            if server_url is None:
+                server_url = f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+            self.rollouts = RolloutClient(
+                server_url, model_name, tokenizer, sampling_args=args.sampling_args,
+                max_concurrent=args.max_concurrent, timeout=args.generation_timeout, sync=self.sync_mode,
+                connection_timeout=args.vllm_server_timeout,
+            )
+            self.client = self.rollouts.nccl
+
+    # ---------------------------------------------------------------- the recipe's part
+    @classmethod
+    def preflight(cls, env: vf.Environment, args: OnPolicyConfig) -> None:
+        """Checks of the environment against the configuration that must fail before a server starts."""
+
+    def assign_credit(self, rollouts: list[Rollout]) -> list[Rollout]:
+        """The batch's rollouts with one advantage per turn (`Rollout.advantages`)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- data
+    def batch_example_rows(self, batch_index: int):
+        """The prompts of batch `batch_index`: consecutive rows of the seeded shuffle, wrapping around.
+
+        A pure function of the index, so a resumed run (global_step restored) takes the same next batch.
+        """
+        n = len(self.dataset)
+        start = batch_index * self.prompts_per_batch
+        return self.dataset.select([(start + i) % n for i in range(self.prompts_per_batch)])
+
+    def run_state(self) -> RunState:
+        args = self.args
+        next_index = self.state.global_step // args.num_iterations
+        return RunState(
+            global_step=self.state.global_step, next_batch_index=next_index,
+            next_example_ids=list(self.batch_example_rows(next_index)["example_id"]), seed=args.seed,
+            batch_size=args.batch_size, rollouts_per_example=args.rollouts_per_example,
+            num_iterations=args.num_iterations, dataset_size=len(self.dataset),
+            dataset_fingerprint=self.dataset_fingerprint, config=args.to_dict(),
+        )
+
+    # ---------------------------------------------------------------- generation (main process)
+    def make_batch(self, batch_index: int) -> TrainBatch:
+        """Roll out batch `batch_index`, assign credit, and split it into micro-batches of samples."""
+        args = self.args
+        generated = self.rollouts.generate(self.env, self.batch_example_rows(batch_index), args.rollouts_per_example)
+        rollouts = self.assign_credit(generated.rollouts)
+        per_rollout = [rollout_samples(r, pack=args.pack_trajectories) for r in rollouts]
+        samples = [s for r in per_rollout for s in r.samples]
+        if not samples:
+            if any(r.turns for r in rollouts):
+                raise missing_token_ids_error(self.rollouts.url)
+            errors = [r.error for r in rollouts if r.error is not None][:3]
+            raise RuntimeError(f"batch {batch_index}: no rollout produced an assistant turn; errors: {errors}")
+        micro = split_batch(samples, self.accelerator.num_processes, self.processing_class.pad_token_id,
+                            max_samples=args.micro_batch_size, max_tokens=args.micro_batch_tokens)
+        metrics = batch_metrics(rollouts, per_rollout)
+        metrics.update({
+            "timing/generation_s": generated.generation_s, "timing/scoring_s": generated.scoring_s,
+            "tokens/generation_per_s": metrics["tokens/generated"] / max(generated.generation_s, 1e-9),
+        })
+        self.log_rollouts(batch_index, rollouts, per_rollout)
+        return TrainBatch(batch_index, micro, sum(sum(s.loss_mask) for s in samples), metrics)
+
+    def log_rollouts(self, batch_index: int, rollouts: list[Rollout], samples: list[RolloutSamples]) -> None:
+        """One line per generated batch in rollouts.jsonl: the batch's example ids and a few full rollouts."""
+        shown = []
+        for r, s in list(zip(rollouts, samples, strict=True))[: self.args.num_logged_rollouts]:
+            shown.append({
+                "example_id": r.example_id, "reward": r.outcome,
+                "prompt": messages_to_printable(r.prompt), "completion": messages_to_printable(r.completion),
+                "turn_rewards": r.turn_rewards, "turn_advantages": list(r.advantages or []),
+                "packed": s.packed, "not_packed_because": s.reason, "error": r.error or "",
+            })
+        append_jsonl(self.run_dir / "rollouts.jsonl", {
+            "step": self.state.global_step, "batch_index": batch_index,
+            "example_ids": [r.example_id for r in rollouts], "rollouts": shown,
+        })
+
+    # ---------------------------------------------------------------- weight sync
+    def sync_weights(self) -> None:
+        """Send the current policy to the server (all processes call it); logs seconds and, if asked, the check."""
+        verify = self.args.verify_weight_sync and self.accelerator.is_main_process
+        if verify and self._synced_at_step is not None:
+            # The same check against the server's previous weights: shows the check can tell them apart.
+            self._pending["sync/max_abs_logprob_diff_before"] = self.weight_sync_error()
+        start = time.perf_counter()
+        if self.sync_mode == "nccl":
+            RLTrainer.update_vllm(self)  # verifiers' NCCL protocol, unchanged
+        else:
+            if self.accelerator.is_main_process:
+                self.rollouts.update_weights(policy_state_dict(self.accelerator.unwrap_model(self.model)))
+            self.accelerator.wait_for_everyone()
+        self._synced_at_step = self.state.global_step
+        self._pending["timing/sync_s"] = time.perf_counter() - start
+        if verify:
+            self._pending["sync/max_abs_logprob_diff"] = self.weight_sync_error()
+
+    def weight_sync_error(self) -> float:
+        """Max |server logprob - trainer logprob| over the first prompt's tokens, at temperature 1."""
+        input_ids = list(self.processing_class.apply_chat_template(
+            self.dataset[0]["prompt"], tokenize=True, add_generation_prompt=True, return_dict=False))
+        served = torch.tensor(server_prompt_logprobs(self.rollouts.url, self.rollouts.model, input_ids))
+        model = self.accelerator.unwrap_model(self.model)
+        with torch.no_grad():
+            ids = torch.tensor([input_ids], device=self.accelerator.device)
+            logits = model(input_ids=ids).logits[0, :-1].float()
+            ours = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0].cpu()
+        return float((served - ours).abs().max())
+
+    # ---------------------------------------------------------------- one optimizer step
+    def training_step(self, model, inputs=None, num_items_in_batch=None) -> torch.Tensor:
+        args = self.args
+        step = self.state.global_step
+        iteration = step % args.num_iterations
+        if iteration == 0 or self._batch is None:
+            if self._synced_at_step != step:
+                self.sync_weights()
+            batch = [self.make_batch(step // args.num_iterations) if self.accelerator.is_main_process else None]
+            broadcast_object_list(batch, from_process=0)
+            self._batch = batch[0]
+        batch = self._batch
+
+        model.train()
+        device = self.accelerator.device
+        start = time.perf_counter()
+        # Token-level normalisation over the whole batch (verifiers RLTrainer; DAPO, arXiv 2503.14476, Eq. 8):
+        # DDP averages gradients over ranks, so each rank divides by (all trained tokens / ranks).
+        inv_tokens = torch.tensor(self.accelerator.num_processes / max(batch.loss_tokens, 1), device=device)
+        trackers = {k: init_stat_tracker(device) for k in ("ratio", "clipped", "entropy", "kl", "mismatch_kl")}
+        total_loss = torch.zeros((), device=device)
+        forwarded = 0
+        for micro in batch.microbatches[self.accelerator.process_index]:
+            lengths = torch.tensor([len(s) for s in micro], device=device)
+            input_ids = pad([torch.tensor(s.input_ids, device=device) for s in micro],
+                            padding_value=self.processing_class.pad_token_id)
+            # From lengths, not input_ids != pad: the pad token (<|im_end|>) also ends every turn.
+            attention_mask = (torch.arange(input_ids.size(1), device=device)[None] < lengths[:, None]).long()
+            # Position p predicts token p + 1: only positions whose next token is trained need logits.
+            trained = pad([torch.tensor(s.loss_mask, device=device) for s in micro])[:, 1:].bool()
+            keep = trained.any(0).nonzero().squeeze(-1)
+            if keep.numel() == 0:  # a filler micro-batch still runs forward/backward (DDP all-reduces)
+                keep = torch.zeros(1, dtype=torch.long, device=device)
+            loss_mask = trained[:, keep]
+            behavior = pad([torch.tensor(s.behavior_logprobs, device=device) for s in micro])[:, 1:][:, keep]
+            advantages = pad([torch.tensor(s.advantages, device=device) for s in micro])[:, 1:][:, keep]
+            forwarded += int(lengths.sum())
+
+            logprobs, entropies = token_logprobs(model, input_ids, attention_mask, keep, args.temperature)
+            ref_logprobs = None
+            if args.beta > 0:
+                unwrapped = self.accelerator.unwrap_model(model)
+                ref_logprobs = reference_logprobs(unwrapped, self.ref_model, input_ids, attention_mask, keep,
+                                                  args.temperature)
+            terms = policy_loss(
+                logprobs, behavior, advantages, loss_type=args.loss_type,
+                epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high,
+                mask_ratio_low=args.mask_ratio_low, mask_ratio_high=args.mask_ratio_high,
+                ref_logprobs=ref_logprobs, beta=args.beta,
+            )
+            loss = (terms.loss * loss_mask).sum() * inv_tokens
+            self.accelerator.backward(loss)
+            total_loss = total_loss + loss.detach()
+
+            with torch.no_grad():
+                update_stat_tracker(trackers["ratio"], summarize_values(terms.ratio[loss_mask]))
+                update_stat_tracker(trackers["clipped"], summarize_values(terms.is_clipped[loss_mask].float()))
+                update_stat_tracker(trackers["entropy"], summarize_values(entropies[loss_mask]))
+                if terms.kl is not None:
+                    update_stat_tracker(trackers["kl"], summarize_values(terms.kl[loss_mask]))
+                if iteration == 0:
+                    # Sampler-vs-trainer mismatch on freshly synced weights (verifiers' "mismatch_kl", k3 form):
+                    # near 0 when the sync and both forward passes agree.
+                    log_r = logprobs - behavior
+                    update_stat_tracker(trackers["mismatch_kl"],
+                                        summarize_values((torch.exp(log_r) - log_r - 1)[loss_mask]))
+        training_s = time.perf_counter() - start
+
+        train_metrics = {f"train/{k}": finalize_stat_tracker(t, self.accelerator) for k, t in trackers.items()}
+        if self.accelerator.is_main_process:
+            step_metrics = {**(batch.metrics if iteration == 0 else {}), **self._pending,
+                            **{k: v for k, v in train_metrics.items() if v is not None},
+                            "timing/training_s": training_s, "tokens/training_per_s": forwarded / training_s,
+                            "iteration": float(iteration)}
+            self.log_metrics("train", step_metrics)  # RLTrainer: buffered until Trainer.log averages them
+        self._pending = {}
+        return total_loss
+
+    # ---------------------------------------------------------------- end
+    def close(self) -> None:
+        if self.rollouts is not None:
+            self.rollouts.close()
+            self.rollouts = None
+
+    def save_policy(self, path: Path) -> None:
+        """Final weights (adapter under LoRA), written atomically like checkpoints."""
+        import shutil
+
+        from rlvr.trainer.checkpoint import publish
+
+        path = Path(path)
+        staging = path.with_name(f".staging-{path.name}")
+        if self.accelerator.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.save_model(str(staging))
+        if self.accelerator.is_main_process:
+            publish(staging, path)
+        self.accelerator.wait_for_everyone()

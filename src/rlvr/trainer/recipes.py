@@ -1,0 +1,51 @@
+"""The algorithms `rlvr train --algo` knows, each a configuration class and the recipe (trainer) it runs.
+
+Group-credit estimators come from the `rlvr.credit` registry (adding an estimator there adds an algorithm here).
+A recipe with its own configuration registers one entry in `ALGORITHMS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.credit import ESTIMATORS
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    config: str  # "module:Class" of its configuration (an OnPolicyConfig or another recipe's config)
+    summary: str
+    preset: dict[str, Any] = field(default_factory=dict)  # configuration fields the algorithm fixes
+
+
+def _load(path: str):
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    name: Algorithm("rlvr.trainer.config:MTGRPOConfig", spec.summary, {"algo": name})
+    for name, spec in ESTIMATORS.items()
+}
+
+
+def config_class(algo: str):
+    return _load(ALGORITHMS[algo].config)
+
+
+def build_config(algo: str, options: dict[str, Any]):
+    """The configuration of `algo` with the given options (field names of its configuration class)."""
+    spec = ALGORITHMS[algo]
+    clash = {k: v for k, v in options.items() if k in spec.preset and v != spec.preset[k]}
+    if clash:
+        from rlvr.trainer.config import ConfigError
+
+        raise ConfigError(f"algo {algo!r} fixes {spec.preset}, but the options set {clash}")
+    return config_class(algo)(**{**options, **spec.preset})
+
+
+def trainer_class(config):
+    """The recipe (trainer class) that trains with `config`."""
+    return _load(type(config).trainer)
