@@ -6,6 +6,8 @@ transformers has one file to check. The recipes override only public hooks.
   rlvr's data position (`rlvr_state.json`) inside.
 - `log`: the recipe's buffered step metrics are averaged into transformers' log record (RLTrainer.log without its
   console dump), with seconds per step.
+- `_load_from_checkpoint`: after transformers restores the model, the recipe's `load_extra_state` restores what
+  it saved with `save_extra_state` (e.g. PPO's critic and its optimizer).
 - `_inner_training_loop`: the recipe's `close()` runs however training ends.
 """
 
@@ -22,7 +24,8 @@ from rlvr.trainer.checkpoint import RunState, publish, write_run_state
 
 
 class TransformersOverrides:
-    """Mixed into a transformers Trainer subclass that defines `run_state() -> RunState` and `close()`."""
+    """Mixed into a transformers Trainer subclass that defines `run_state() -> RunState` and `close()`, and may
+    define `save_extra_state(checkpoint_dir)` / `load_extra_state(checkpoint_dir)` for state beyond the policy."""
 
     _staging_dir: str | None = None
     _last_log_time: float = 0.0
@@ -32,6 +35,12 @@ class TransformersOverrides:
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def save_extra_state(self, checkpoint_dir: Path) -> None:
+        """Write recipe state that transformers does not save (called on every process, before publishing)."""
+
+    def load_extra_state(self, checkpoint_dir: Path) -> None:
+        """Read back what `save_extra_state` wrote (called on every process when a run resumes)."""
 
     def _get_output_dir(self, trial) -> str:
         return self._staging_dir or super()._get_output_dir(trial)
@@ -46,6 +55,7 @@ class TransformersOverrides:
         self._staging_dir = str(staging)
         try:
             super()._save_checkpoint(model, trial)
+            self.save_extra_state(staging / name)
         finally:
             self._staging_dir = None
         self.accelerator.wait_for_everyone()
@@ -56,6 +66,10 @@ class TransformersOverrides:
             rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
         self.accelerator.wait_for_everyone()
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.load_extra_state(Path(resume_from_checkpoint))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         metrics = {k: sum(v) / len(v) for k, v in self._metrics["train"].items()}

@@ -136,6 +136,12 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         """The batch's rollouts with one advantage per turn (`Rollout.advantages`)."""
         raise NotImplementedError
 
+    def make_samples(self, rollouts: list[Rollout]) -> tuple[list[Rollout], list[RolloutSamples]]:
+        """Credit, then one training sample per rollout (or per turn). A recipe whose advantages are per token
+        (PPO's GAE over critic values) overrides this and fills `Sample.advantages` itself."""
+        rollouts = self.assign_credit(rollouts)
+        return rollouts, [rollout_samples(r, pack=self.args.pack_trajectories) for r in rollouts]
+
     # ---------------------------------------------------------------- data
     def batch_example_rows(self, batch_index: int):
         """The prompts of batch `batch_index`: consecutive rows of the seeded shuffle, wrapping around.
@@ -162,8 +168,7 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         """Roll out batch `batch_index`, assign credit, and split it into micro-batches of samples."""
         args = self.args
         generated = self.rollouts.generate(self.env, self.batch_example_rows(batch_index), args.rollouts_per_example)
-        rollouts = self.assign_credit(generated.rollouts)
-        per_rollout = [rollout_samples(r, pack=args.pack_trajectories) for r in rollouts]
+        rollouts, per_rollout = self.make_samples(generated.rollouts)
         samples = [s for r in per_rollout for s in r.samples]
         if not samples:
             if any(r.turns for r in rollouts):
