@@ -1,0 +1,227 @@
+"""The two game engines behind one interface: start a game, step it with a command, read an `Observation`.
+
+alfworld: ALFWorld's own text engine, i.e. textworld's `PddlEnv` (fast-downward applies the PDDL actions, the
+          `alfred.twl2` grammar writes the text) wrapped in ALFWorld's `AlfredDemangler` (object names such as
+          `apple 1`). The chain is built here directly: alfworld 0.4.2's `AlfredTWEnv.init_env` passes the expert type
+          where the environment goes, so the planner expert it asks for is silently replaced by the hand-coded one.
+          The planner expert is textworld's own replanning (`EnvInfos(policy_commands=True)`), asked for only when a
+          plan is wanted (generation, expert trajectories), since it replans on every step.
+twc:      TextWorldExpress's TextWorld-Commonsense game (a Java simulator reached through py4j): put household
+          objects where they belong. One simulator per process serves every episode; an episode is its seed plus
+          the commands played so far, replayed when another episode used the simulator in between (0.4 ms a step).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import shutil
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from vf_alfworld.tasks import Task, progress
+
+if TYPE_CHECKING:
+    from vf_alfworld.games import GameRecord
+
+# Facts that record what the agent looked at, not what the world is: left out of the anchor state.
+OBSERVATION_ONLY_FACTS = frozenset({"checked", "examined"})
+# textworld is not thread-safe: two games loading at once in different threads corrupt each other's grammar and
+# logic parsing (tatsu errors, "pop from empty list"). Every textworld call of the process holds this lock; steps
+# take milliseconds, so rollouts still interleave.
+TEXTWORLD_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the game shows after a reset or a command, and what the rewards and GiGPO need to know about it.
+
+    text: the game's own reply (ALFWorld's "Nothing happens." for a command it does not accept).
+    admissible: the commands the game accepts now.
+    won / failed: the goal is reached / the game declared the task failed (twc only); either ends the episode.
+    progress: sub-goal progress of this state in [0, 1], 1.0 when won (alfworld: tasks.progress; twc: its score).
+    state_key: a hash of the world state, equal for equal states of the same game (the GiGPO anchor state).
+    valid: whether the command was among the admissible ones (True after a reset).
+    """
+
+    text: str
+    admissible: tuple[str, ...]
+    won: bool
+    failed: bool
+    progress: float
+    state_key: str
+    valid: bool = True
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha1("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class AlfredGame:
+    """One textworld PddlEnv, reused for game after game (each loads its own copy of fast-downward's library)."""
+
+    def __init__(self, plan: bool = False):
+        import textworld
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+        from textworld.envs import PddlEnv
+
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=plan)
+        with TEXTWORLD_LOCK:
+            self._env = AlfredDemangler(PddlEnv(infos))
+        self._task: Task | None = None
+        self._game_id = ""
+        self._state = None
+
+    def start(self, game_file: str | dict, task: Task, game_id: str) -> Observation:
+        """Load a game (a game.tw-pddl path, or its parsed JSON) and reset it."""
+        with TEXTWORLD_LOCK:
+            self._env.load(game_file)
+            self._task, self._game_id = task, game_id
+            self._state = self._env.reset()
+            return self._observe(valid=True)
+
+    def step(self, command: str) -> Observation:
+        with TEXTWORLD_LOCK:
+            valid = command in self._state["admissible_commands"]
+            self._state, _, _ = self._env.step(command)
+            return self._observe(valid)
+
+    def plan(self) -> list[str]:
+        """The planner's commands from the current state to the goal ([] when it finds none)."""
+        return list(self._state.get("policy_commands") or [])
+
+    def _observe(self, valid: bool) -> Observation:
+        facts = [(f.name, tuple(v.name for v in f.arguments)) for f in self._state["_facts"]]
+        world = sorted(f"{name}({','.join(args)})" for name, args in facts if name not in OBSERVATION_ONLY_FACTS)
+        won = bool(self._state["won"])
+        return Observation(
+            text=self._state.feedback.strip(),
+            admissible=tuple(self._state["admissible_commands"]),
+            won=won,
+            failed=False,
+            progress=progress(self._task, facts, won),
+            state_key=f"{self._game_id}:{_digest(*world)}",
+            valid=valid,
+        )
+
+
+class AlfredEngines:
+    """A pool of AlfredGames: one per concurrent episode, created on demand and reused."""
+
+    name = "alfworld"
+
+    def __init__(self, plan: bool = False):
+        self._plan = plan
+        self._idle: list[AlfredGame] = []
+        self._lock = threading.Lock()
+
+    def start(self, record: GameRecord) -> tuple[AlfredGame, Observation]:
+        with self._lock:
+            game = self._idle.pop() if self._idle else None
+        game = game or AlfredGame(plan=self._plan)
+        return game, game.start(record.game_file, record.task, record.game_id)
+
+    def step(self, game: AlfredGame, command: str) -> Observation:
+        return game.step(command)
+
+    def finish(self, game: AlfredGame) -> None:
+        with self._lock:
+            self._idle.append(game)
+
+
+# --- TextWorldExpress ----------------------------------------------------------------------------------------------
+
+# TextWorldExpress's folds; valid_seen / valid_unseen map to its dev / test folds (twc_objects.folds.json keeps
+# some objects out of the training fold).
+TWC_FOLDS = {"train": "train", "valid_seen": "dev", "valid_unseen": "test"}
+TWC_DEFAULT_PARAMS = "numLocations=1,numItemsToPutAway=2,includeDoors=0,limitInventorySize=0"
+
+
+def require_java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError(
+            "vf-alfworld backend='twc' needs a Java runtime (TextWorldExpress runs in the JVM through py4j), and "
+            "`java` is not on PATH. Install one, e.g. `apt-get install -y default-jre-headless` (OpenJDK 17; "
+            "scripts/setup.sh does this), or use backend='alfworld'."
+        )
+    return java
+
+
+def _first_text(infos: dict) -> str:
+    """twc's first observation is the room alone: put the task in front, as ALFWorld's intro does."""
+    return f"{infos['taskDescription']}\n\n{infos['observation'].strip()}"
+
+
+@dataclass
+class TwcEpisode:
+    number: int  # distinct for every episode of the process, to know whose game the simulator holds
+    seed: int
+    fold: str
+    commands: list[str]
+
+
+class TwcEngines:
+    """One TextWorldExpress simulator for all episodes of this process, behind a lock."""
+
+    name = "twc"
+
+    def __init__(self, params: str = TWC_DEFAULT_PARAMS, step_limit: int = 10_000):
+        require_java()
+        from textworld_express import TextWorldExpressEnv
+
+        self.params = params
+        self._sim = TextWorldExpressEnv(envStepLimit=step_limit)  # episodes end by the env's own turn limit
+        self._sim.load("twc", params)
+        self._lock = threading.Lock()
+        self._current: tuple[int, int] | None = None  # (episode number, commands played) held by the simulator
+        self._numbers = itertools.count()
+
+    def seeds(self, split: str) -> list[int]:
+        fold = TWC_FOLDS[split]
+        with self._lock:
+            self._current = None
+            return {"train": self._sim.getValidSeedsTrain, "dev": self._sim.getValidSeedsDev,
+                    "test": self._sim.getValidSeedsTest}[fold]()  # fmt: skip
+
+    def gold_path(self, seed: int, split: str) -> tuple[str, str, list[str]]:
+        """(task description, first observation, the simulator's gold command sequence) of a game."""
+        with self._lock:
+            self._current = None
+            obs, infos = self._sim.reset(seed=seed, gameFold=TWC_FOLDS[split], generateGoldPath=True)
+            return infos["taskDescription"], _first_text(infos), list(self._sim.getGoldActionSequence())
+
+    def start(self, record: GameRecord) -> tuple[TwcEpisode, Observation]:
+        episode = TwcEpisode(next(self._numbers), record.seed, TWC_FOLDS[record.split], [])
+        with self._lock:
+            _, infos = self._sim.reset(seed=episode.seed, gameFold=episode.fold, generateGoldPath=False)
+            self._current = (episode.number, 0)
+            return episode, self._observe(episode, infos, _first_text(infos), valid=True)
+
+    def step(self, episode: TwcEpisode, command: str) -> Observation:
+        with self._lock:
+            if self._current != (episode.number, len(episode.commands)):
+                self._sim.reset(seed=episode.seed, gameFold=episode.fold, generateGoldPath=False)
+                for previous in episode.commands:
+                    self._sim.step(previous)
+            valid = command in self._sim.runHistory[-1]["validActions"]
+            text, _, _, infos = self._sim.step(command)
+            episode.commands.append(command)
+            self._current = (episode.number, len(episode.commands))
+            return self._observe(episode, infos, text, valid)
+
+    def finish(self, episode: TwcEpisode) -> None:
+        return None
+
+    def _observe(self, episode: TwcEpisode, infos: dict, text: str, valid: bool) -> Observation:
+        return Observation(
+            text=text.strip(),
+            admissible=tuple(sorted(infos["validActions"])),
+            won=bool(infos["tasksuccess"]),
+            failed=bool(infos["taskfailure"]),
+            progress=min(1.0, max(0.0, float(infos["score"]))),
+            # twc shows the whole room and the inventory: that is the state the agent acts on
+            state_key=f"twc/{episode.fold}/{episode.seed}:{_digest(infos['look'], infos['inventory'])}",
+            valid=valid,
+        )

@@ -1,0 +1,77 @@
+"""The agent's text protocol: ReAct-style (Yao et al. 2023), think first, then one action per turn.
+
+The model writes `<think>...</think>` (optional) and ends its reply with `<action>command</action>`; the game's reply
+is the next user message, optionally followed by the commands it accepts now (as GiGPO's ALFWorld prompt lists
+them). Parsing is linear in the reply's length and never raises: a reply without an action gets a one-line format
+reminder instead of a game step.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+ALFWORLD_PROMPT = """\
+You are a household robot in a text world. Each turn you read what you see and do one action, until the task is done.
+Think briefly inside <think>...</think>, then write exactly one action inside <action>...</action>, for example:
+<think>A knife is usually in a drawer or on a countertop.</think>
+<action>go to countertop 1</action>
+Actions: go to X, open X, close X, take O from X, move O to X, heat O with X, cool O with X, clean O with X,
+use X, examine X, inventory, look (X: a receptacle such as cabinet 1, O: an object such as apple 2)."""
+
+TWC_PROMPT = """\
+You are a household robot in a text world. Each turn you read what you see and do one action, until the task is done.
+Think briefly inside <think>...</think>, then write exactly one action inside <action>...</action>, for example:
+<think>Dirty socks belong in the laundry basket.</think>
+<action>take dirty socks</action>
+Actions: take O, put O in X, put O on X, open X, close X, look around, inventory."""
+
+NO_ACTION_REPLY = "No action found. End your reply with one action inside <action></action>, e.g. <action>look</action>."
+
+MAX_ACTION_CHARS = 200
+OPEN_TAG, CLOSE_TAG = "<action>", "</action>"
+# ALFWorld <= 0.3 and the ReAct prompts wrote "put O in/on X"; alfworld 0.4's grammar says "move O to X".
+PUT_ALIAS = re.compile(r"^put (.+?) (?:in|on|into|onto|in/on) (.+)$")
+
+
+def extract_action(reply: str) -> str | None:
+    """The command inside the last complete <action>...</action>, else after the last `Action:` line; None when the
+    reply has neither. str.rfind keeps this linear however many unclosed tags the reply holds."""
+    text = reply or ""
+    lowered = text.lower()
+    end = lowered.rfind(CLOSE_TAG)
+    if end >= 0:
+        start = lowered.rfind(OPEN_TAG, 0, end)
+        if start >= 0:
+            return text[start + len(OPEN_TAG) : end]
+    marker = lowered.rfind("action:")
+    if marker >= 0:
+        return text[marker + len("action:") :].split("\n", 1)[0]
+    return None
+
+
+def normalize_command(raw: str, backend: str) -> str:
+    """Lower-case, one line, single spaces, no control characters, quotes or trailing full stop, at most
+    MAX_ACTION_CHARS characters: the form the games' command lists use."""
+    text = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in raw[: MAX_ACTION_CHARS * 4])
+    text = " ".join(text.split()).strip(" `'\".")
+    text = text[:MAX_ACTION_CHARS]
+    if backend == "alfworld":
+        text = text.lower()
+        alias = PUT_ALIAS.match(text)
+        if alias:
+            text = f"move {alias.group(1)} to {alias.group(2)}"
+    return text
+
+
+def parse_action(reply: str, backend: str) -> str | None:
+    raw = extract_action(reply)
+    if raw is None:
+        return None
+    return normalize_command(raw, backend) or None
+
+
+def format_observation(text: str, admissible: tuple[str, ...], show_admissible: bool) -> str:
+    if not show_admissible:
+        return text
+    return f"{text}\n\nAvailable actions: {', '.join(admissible)}"
