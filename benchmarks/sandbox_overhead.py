@@ -88,7 +88,9 @@ def main() -> None:
     parser.add_argument("--calls-per-level", type=int, default=64)
     parser.add_argument("--python", default=shutil.which("python3", path=os.defpath), help="bare interpreter")
     parser.add_argument("--out", type=Path, default=RESULTS / "sandbox_overhead.json")
-    parser.add_argument("--baseline", type=Path, help="results JSON of an earlier design to embed for comparison")
+    parser.add_argument(
+        "--baseline", type=Path, help="results JSON of an earlier design to embed for comparison"
+    )
     args = parser.parse_args()
 
     probe = run_python("print(1)")
@@ -111,7 +113,9 @@ def main() -> None:
     report = {
         "program": PROGRAM,
         "python": args.python,
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip(),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO
+        ).stdout.strip(),
         "isolation": vars(probe.isolation),
         "cpus": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],  # other work on the machine inflates every number
@@ -127,7 +131,9 @@ def main() -> None:
     for mode, r in results.items():
         rates = "".join(f" {r['calls_per_second'][str(n)]:>12.1f}" for n in CONCURRENCY)
         print(f"{mode:<10} {r['median_ms']:>10.1f} {r['p90_ms']:>8.1f} {r['min_ms']:>8.1f}{rates}")
-    print(f"sandbox overhead per call (median, vs bare interpreter): {overhead:.1f} ms; isolation {probe.isolation}")
+    print(
+        f"sandbox overhead per call (median, vs bare interpreter): {overhead:.1f} ms; isolation {probe.isolation}"
+    )
     print(f"written to {args.out}")
 
 

@@ -12,6 +12,7 @@ from rlvr.sandbox import (
     Isolation,
     SandboxConfig,
     SandboxResult,
+    describe_failure,
     frame,
     neutralise_tags,
     observation,
@@ -31,7 +32,15 @@ def result(stdout="", stderr="", exit_code=0, sig=None, timed_out=False, cut=Fal
         stdout_truncated=cut,
         stderr_truncated=False,
         elapsed=0.1,
-        isolation=Isolation(network="namespace", containment="pid-namespace", uid=None),
+        isolation=Isolation(
+            network="namespace",
+            containment="pid-namespace",
+            uid=None,
+            filesystem="private",
+            ipc="namespace",
+            disk_quota_mb=64,
+            seccomp="filter",
+        ),
     )
 
 
@@ -72,3 +81,34 @@ def test_program_cannot_forge_a_clean_frame():
     framed = frame(observation(run_python(code, config), config))
     assert TAG_LIKE.findall(framed) == ["<output>", "</output>"]
     assert framed.endswith("Error: exit code 3\n</output>")
+
+
+def test_every_signal_number_is_described():
+    config = SandboxConfig()
+    assert (
+        describe_failure(result(exit_code=None, sig=40), config) == "Error: killed by signal 40 (SIGRTMIN+6)"
+    )
+    assert (
+        describe_failure(result(exit_code=None, sig=signal.SIGTERM), config)
+        == "Error: killed by SIGTERM (signal)"
+    )
+    assert (
+        describe_failure(result(exit_code=None, sig=signal.SIGRTMIN), config)
+        == "Error: killed by SIGRTMIN (signal)"
+    )
+    assert describe_failure(result(exit_code=None, sig=99), config) == "Error: killed by signal 99 (unknown)"
+
+
+@given(st.integers(min_value=1, max_value=127))
+def test_describe_failure_never_raises_for_a_signal(signum):
+    line = describe_failure(result(exit_code=None, sig=signum), SandboxConfig())
+    assert line.startswith("Error: killed by ")
+    named = signum in {s.value for s in signal.Signals}
+    assert (signal.Signals(signum).name if named else f"signal {signum} (") in line
+
+
+def test_program_killing_itself_with_a_real_time_signal_is_a_result():
+    config = SandboxConfig()
+    outcome = run_python("import os; print('before', flush=True); os.kill(os.getpid(), 40)", config)
+    assert (outcome.exit_code, outcome.signal) == (None, 40)
+    assert observation(outcome, config) == "before\nError: killed by signal 40 (SIGRTMIN+6)"

@@ -1,7 +1,9 @@
 """The sandbox as a security boundary: each attack runs for real and must fail or be contained.
 
 Attacks that depend on a namespace run twice: with namespaces (what this machine allows) and with
-`namespaces=False`, which forces the fallbacks (blocked sockets, uid-wide kill) that other machines get.
+`namespaces=False`, which forces the fallbacks (blocked sockets, uid-wide kill, swept temp dirs) that other
+machines get. The private filesystem has its own module (test_filesystem.py), the server its own
+(test_server.py), seccomp too (test_seccomp.py).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from rlvr.sandbox import SandboxConfig, arun_python, run_python
+from rlvr.sandbox import SandboxConfig, SandboxError, arun_python, observation, run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BOTH_MODES = pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "fallback"])
@@ -52,11 +56,79 @@ def test_program_output_and_exit_code_are_captured():
     assert result.isolation.uid is not None and result.isolation.uid != os.getuid()
 
 
-def test_exception_is_reported_not_raised():
+def test_exception_is_reported_like_the_interpreter_does():
     result = run("raise ValueError('boom')")
     assert not result.ok
     assert result.exit_code == 1
-    assert "Traceback" in result.stderr and "ValueError: boom" in result.stderr
+    assert result.stderr == (
+        'Traceback (most recent call last):\n  File "/sandbox/main.py", line 1, in <module>\n'
+        "    raise ValueError('boom')\nValueError: boom\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "exit_code", "stderr"),
+    [
+        ("import sys; sys.exit(3)", 3, ""),
+        ("exit(4)", 4, ""),  # site's exit(), as in a normal interpreter
+        ("raise SystemExit('bye')", 1, "bye\n"),
+        ("print(", 1, "SyntaxError: '(' was never closed"),
+    ],
+)
+def test_exit_paths_match_a_plain_interpreter(code, exit_code, stderr):
+    result = run(code)
+    assert result.exit_code == exit_code
+    assert stderr in result.stderr and "rlvr" not in result.stderr  # no frame of the sandbox's own code
+
+
+def test_threads_atexit_and_unflushed_files_finish_as_in_a_normal_shutdown():
+    result = run("""
+        import atexit, threading, time
+        atexit.register(print, "atexit ran")
+        threading.Thread(target=lambda: (time.sleep(0.2), print("thread done"))).start()
+        log = open("/tmp/log.txt", "w")
+        log.write("never closed")
+    """)
+    assert result.ok, result.stderr
+    assert result.stdout == "thread done\natexit ran\n"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print('\ud800')",  # a lone surrogate in the program text
+        "print('a\x00b')",  # a NUL byte in the program text
+        "x = '\udcff'\n" * 3,
+        "\ufeffprint(1)",  # a byte-order mark
+        "# -*- coding: latin-1 -*-\nprint('é')",
+    ],
+    ids=["surrogate", "nul", "surrogate-escape", "bom", "coding-cookie"],
+)
+def test_any_program_text_gives_a_result_never_an_exception(code):
+    result = run_python(code)
+    assert result.exit_code in (0, 1)
+    if result.exit_code:
+        assert "SyntaxError" in result.stderr or "ValueError" in result.stderr
+    assert observation(result, SandboxConfig())  # something the model can read
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=200))
+def test_arbitrary_text_never_raises(code):
+    result = run_python(code)
+    assert result.exit_code is not None or result.signal is not None
+
+
+def test_output_that_is_not_valid_text_comes_back_as_text():
+    result = run("""
+        import sys
+        sys.stdout.buffer.write(b"bad \\xff\\xfe utf-8, nul \\x00, surrogate \\xed\\xa0\\x80 end")
+        print("\\ud800")  # strict stdout: UnicodeEncodeError on stderr, as in a plain interpreter
+    """)
+    assert result.exit_code == 1
+    assert result.stdout == "bad \ufffd\ufffd utf-8, nul \x00, surrogate \ufffd\ufffd\ufffd end"
+    assert "UnicodeEncodeError" in result.stderr
+    assert not any(0xD800 <= ord(c) <= 0xDFFF for c in result.stdout + result.stderr)
 
 
 @pytest.mark.parametrize("code", ["while True: pass", "import time; time.sleep(60)"], ids=["busy", "sleep"])
@@ -93,6 +165,14 @@ def test_file_size_limit_stops_large_writes():
     result = run("open('big.bin', 'wb').write(b'x' * (3 * 1024 * 1024))", file_size_mb=1)
     assert not result.ok
     assert "OSError: [Errno 27] File too large" in result.stderr
+
+
+def test_output_flood_is_bounded_by_the_file_size_limit():
+    result = run(
+        "import sys\nwhile True: sys.stdout.write('x' * 65536)", file_size_mb=1, max_output_chars=1000
+    )
+    assert result.exit_code == 1 and "File too large" in result.stderr
+    assert result.stdout == "x" * 1000 and result.stdout_truncated
 
 
 @BOTH_MODES
@@ -164,45 +244,58 @@ def test_network_socket_cannot_reach_even_localhost(namespaces):
     assert result.isolation.network == expected
 
 
-def test_writes_outside_the_workdir_leave_the_project_untouched():
+@BOTH_MODES
+def test_writes_outside_the_workdir_leave_the_project_untouched(namespaces):
     readme = REPO_ROOT / "README.md"
     before = hashlib.sha256(readme.read_bytes()).hexdigest()
     listing = sorted(p.name for p in REPO_ROOT.iterdir())
-    result = run(f"""
+    result = run(
+        f"""
         import os
         for path in [{str(REPO_ROOT / "pwned.txt")!r}, {str(readme)!r}, "/root/pwned.txt"]:
             try:
                 with open(path, "a") as f:
                     f.write("pwned")
                 print("WROTE", path)
-            except PermissionError:
-                print("refused", path)
+            except OSError as e:
+                print("refused", path, type(e).__name__)
         with open("scratch.txt", "w") as f:
             f.write("fine")
         print(os.getcwd())
-    """)
+        """,
+        namespaces=namespaces,
+    )
     assert result.ok, result.stderr
     lines = result.stdout.splitlines()
     assert [line.split()[0] for line in lines[:3]] == ["refused"] * 3
     assert hashlib.sha256(readme.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in REPO_ROOT.iterdir()) == listing
-    workdir = Path(lines[3])
-    assert workdir.name.startswith("rlvr-sandbox-") and not workdir.exists()  # removed afterwards
+    if namespaces:
+        assert lines[3] == "/sandbox"  # a directory of the call's own tmpfs, gone with it
+    else:
+        workdir = Path(lines[3])
+        assert workdir.name.startswith("rlvr-sandbox-") and not workdir.exists()  # removed afterwards
 
 
-def test_parent_secrets_are_invisible(monkeypatch):
+@BOTH_MODES
+def test_parent_secrets_are_invisible(monkeypatch, namespaces):
     monkeypatch.setenv("RLVR_TEST_SECRET", "hunter2")
-    result = run(f"""
+    result = run(
+        f"""
         import os
         print(sorted(os.environ))
         try:
             print(open("/proc/{os.getpid()}/environ", "rb").read())
-        except PermissionError:
-            print("refused")
-    """)
+        except OSError as e:
+            print("refused", type(e).__name__)
+        """,
+        namespaces=namespaces,
+    )
     assert result.ok, result.stderr
     assert "hunter2" not in result.stdout and "RLVR_TEST_SECRET" not in result.stdout
-    assert result.stdout.splitlines()[-1] == "refused"
+    # With a PID namespace our pid does not exist there; without one, another uid's environ is refused.
+    expected = "FileNotFoundError" if namespaces else "PermissionError"
+    assert result.stdout.splitlines()[-1] == f"refused {expected}"
 
 
 def test_output_is_truncated_per_stream():
@@ -228,6 +321,10 @@ def test_concurrent_calls_get_their_own_uid_and_results():
         ("max_processes", True),
         ("max_output_chars", "10"),
         ("cpu_seconds", 0),
+        ("disk_mb", 0),
+        ("disk_mb", 1.5),
+        ("packages", "yaml"),
+        ("packages", ("../etc",)),
     ],
 )
 def test_bad_config_names_the_field(field, value):
@@ -235,8 +332,18 @@ def test_bad_config_names_the_field(field, value):
         SandboxConfig(**{field: value})
 
 
-def test_bad_python_and_code_types_are_explained():
+def test_bad_python_and_code_types_are_explained(tmp_path):
     with pytest.raises(ValueError, match="not an executable"):
         SandboxConfig(python="/nonexistent/python")
     with pytest.raises(TypeError, match="as str"):
         run_python(b"print(1)")
+    broken = tmp_path / "python"
+    broken.write_text("#!/nonexistent/interpreter\n")
+    broken.chmod(0o755)
+    with pytest.raises(SandboxError, match="sandbox launcher failed: cannot start"):
+        run_python("print(1)", SandboxConfig(python=str(broken)))
+    not_python = tmp_path / "false"
+    not_python.write_text("#!/bin/sh\necho nope >&2\nexit 3\n")
+    not_python.chmod(0o755)
+    with pytest.raises(SandboxError, match="did not start: nope"):
+        run_python("print(1)", SandboxConfig(python=str(not_python)))

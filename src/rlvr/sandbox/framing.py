@@ -25,15 +25,29 @@ def frame(text: str, tag: str = OUTPUT_TAG) -> str:
     return f"<{tag}>\n{neutralise_tags(text, tag)}\n</{tag}>"
 
 
+# Why the sandbox's own limits kill a program; any other signal is the program's own doing.
+LIMIT_SIGNALS = {"SIGXCPU": "CPU time limit", "SIGXFSZ": "file size limit", "SIGKILL": "a resource limit"}
+
+
+def describe_signal(signum: int) -> str:
+    """ "killed by ..." text for any signal number: a named signal, a real-time one (SIGRTMIN+n, which has
+    no name of its own), or one this system does not define."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        if signal.SIGRTMIN < signum < signal.SIGRTMAX:
+            return f"signal {signum} (SIGRTMIN+{signum - signal.SIGRTMIN})"
+        return f"signal {signum} (unknown)"
+    return f"{name} ({LIMIT_SIGNALS.get(name, 'signal')})"
+
+
 def describe_failure(result: SandboxResult, config: SandboxConfig) -> str | None:
     """One line saying why a run did not succeed, phrased so that verl-tool's failure markers
     ("Error:", "timed out") match it; None when the program exited 0 in time."""
     if result.timed_out:
         return f"Error: execution timed out after {config.timeout:g} seconds"
     if result.signal is not None:
-        name = signal.Signals(result.signal).name
-        reason = {"SIGXCPU": "CPU time limit", "SIGXFSZ": "file size limit", "SIGKILL": "a resource limit"}
-        return f"Error: killed by {name} ({reason.get(name, 'signal')})"
+        return f"Error: killed by {describe_signal(result.signal)}"
     if result.exit_code != 0:
         return f"Error: exit code {result.exit_code}"
     return None
