@@ -51,6 +51,7 @@ PRELOAD = (
     "itertools", "json", "math", "operator", "random", "re", "statistics", "string", "traceback", "typing",
 )  # fmt: skip
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 SETUP_FAILED = 125
 REQUEST_SECONDS = 30.0  # a client that has not sent its whole request by then is gone
 MAX_HEADER_BYTES = 1 << 16
@@ -192,6 +193,9 @@ def prepare_program(call: Call, workdir: str, namespaced: bool, status_fd: int) 
             os.setgroups([])
             os.setgid(call.uid)
             os.setuid(call.uid)
+            # Changing uid made us non-dumpable, which hides the program's own children in /proc from
+            # it (hidepid) and differs from an exec'ed interpreter; core dumps stay off (RLIMIT_CORE).
+            _jail.libc.prctl(PR_SET_DUMPABLE, 1)
         if call.syscall_filter is not None:
             call.syscall_filter.load()  # sets no_new_privs too
         os.closerange(3, status_fd)
