@@ -26,21 +26,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BOTH_MODES = pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "fallback"])
 
 
-def processes_of(uid: int) -> list[int]:
-    """Live pids running as `uid` (from /proc). Zombies are left out: they are dead, and once their killed
-    parent is gone the machine's init reaps them on its own schedule."""
-    pids = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # exited while we looked
-        alive = fields["State"].split()[0] not in {"Z", "X"}
-        if alive and int(fields["Uid"].split()[0]) == uid:
-            pids.append(int(status.parent.name))
-    return pids
-
-
 def run(code: str, **config) -> object:
     return run_python(textwrap.dedent(code), SandboxConfig(**config))
 
@@ -176,7 +161,7 @@ def test_output_flood_is_bounded_by_the_file_size_limit():
 
 
 @BOTH_MODES
-def test_fork_bomb_is_contained_and_fully_killed(namespaces):
+def test_fork_bomb_is_contained_and_fully_killed(namespaces, processes_of):
     result = run(
         """
         import os
@@ -195,7 +180,7 @@ def test_fork_bomb_is_contained_and_fully_killed(namespaces):
 
 
 @BOTH_MODES
-def test_process_limit_applies_and_background_processes_die_with_the_call(namespaces):
+def test_process_limit_applies_and_background_processes_die_with_the_call(namespaces, processes_of):
     # Children that detach (new session) and sleep: the process limit must stop the loop early, and none of
     # them may survive the call, not even the ones that left the program's process group.
     result = run(

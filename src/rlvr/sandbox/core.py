@@ -34,6 +34,7 @@ SERVER_START_SECONDS = 60.0  # start-up imports and the filesystem view; minutes
 # How long past its own timeout a call may take (namespace teardown on a loaded machine) before the caller
 # gives up on it; hanging up makes the supervisor kill the call's namespace at once.
 GRACE_SECONDS = 10.0
+SERVER_EXIT_SECONDS = 2.0  # how long an unanswered call waits to see whether the server died
 MAX_ATTEMPTS = 2  # a call the server dropped because it died is sent once more, to a new server
 
 
@@ -274,8 +275,15 @@ class _Call:
             theirs.close()
 
     def retry(self, reply: bytes, server: _Server) -> bool:
-        """Whether to send again: no answer, and the server died (with our request in its queue)."""
-        return not reply and not server.alive()
+        """Whether to send again: no answer, because the server died with our request in its queue (its
+        sockets close a moment before it can be reaped, hence the short wait)."""
+        if reply:
+            return False
+        try:
+            server.process.wait(timeout=SERVER_EXIT_SECONDS)
+            return True
+        except subprocess.TimeoutExpired:
+            return False  # the server lives: the call's own supervisor failed; reported as such
 
     def timeout_error(self) -> SandboxError:
         return SandboxError(
@@ -380,7 +388,7 @@ async def arun_python(code: str, config: SandboxConfig | None = None) -> Sandbox
                         raise call.timeout_error() from None
                     except OSError:
                         pass  # the supervisor never read it: its server died
-            if not call.retry(reply, server):
+            if reply or not await asyncio.to_thread(call.retry, reply, server):
                 break
         return call.result(reply)
     finally:

@@ -1,0 +1,178 @@
+"""The pre-forked sandbox server: nothing carries over between calls, a crashed server is replaced, and
+concurrent, cancelled and forked callers all get their own results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import textwrap
+import threading
+import time
+
+import pytest
+
+from rlvr.sandbox import SandboxConfig, SandboxError, arun_python, run_python
+from rlvr.sandbox import core as sandbox_core
+
+
+def run(code: str, **config):
+    return run_python(textwrap.dedent(code), SandboxConfig(**config))
+
+
+def server_pid() -> int:
+    run_python("pass")  # make sure one is running
+    return sandbox_core._servers[sandbox_core.default_python()].process.pid
+
+
+def test_nothing_of_a_call_is_seen_by_the_next(processes_of):
+    first = run("""
+        import builtins, json, math, os, random, subprocess, sys
+        math.pi = 3
+        builtins.planted = "from call 1"
+        sys.modules["json"].planted = True
+        sys.path.append("/tmp")
+        os.environ["PLANTED"] = "1"
+        for directory in ("/sandbox", "/tmp", "/dev/shm"):
+            open(os.path.join(directory, "planted.txt"), "w").write("x")
+        if os.fork() == 0:  # a detached process that would like to outlive the call
+            os.setsid()
+            import time; time.sleep(60)
+        print(random.random())
+    """)
+    second = run("""
+        import builtins, json, math, os, random, sys
+        print(json.dumps({
+            "pi": math.pi,
+            "builtin": hasattr(builtins, "planted"),
+            "module": hasattr(json, "planted"),
+            "path": "/tmp" in sys.path,
+            "env": "PLANTED" in os.environ,
+            "files": [d for d in ("/sandbox", "/tmp", "/dev/shm") if os.listdir(d) not in ([], ["main.py"])],
+            "pids": sorted(int(n) for n in os.listdir("/proc") if n.isdigit()),
+            "random": random.random(),
+        }))
+    """)
+    assert first.ok and second.ok, first.stderr + second.stderr
+    seen = json.loads(second.stdout)
+    assert seen["pi"] == pytest.approx(3.141592653589793)
+    assert not (seen["builtin"] or seen["module"] or seen["path"] or seen["env"])
+    assert seen["files"] == []
+    assert len(seen["pids"]) == 1  # the program alone
+    assert seen["random"] != float(first.stdout)  # each call's generator is seeded afresh
+    assert processes_of(first.isolation.uid) == []
+
+
+def test_a_killed_server_is_replaced_and_a_call_in_flight_still_finishes():
+    old = server_pid()
+    result: dict = {}
+    caller = threading.Thread(
+        target=lambda: result.update(r=run("import time; time.sleep(1); print('done')"))
+    )
+    caller.start()
+    time.sleep(0.3)  # the call is running in its own supervisor, forked from the server
+    os.kill(old, signal.SIGKILL)
+    caller.join()
+    assert result["r"].ok and result["r"].stdout == "done\n"
+
+    after = run_python("print(6 * 7)")
+    assert after.ok and after.stdout == "42\n"
+    assert server_pid() != old
+
+
+def test_a_call_sent_to_a_server_that_just_died_is_sent_again():
+    # Right after SIGKILL the client may still see the server as alive and queue the call with it; the
+    # call then comes back unanswered and goes to a new server (programs leave nothing behind: safe).
+    for _ in range(5):
+        os.kill(server_pid(), signal.SIGKILL)
+        result = run_python("print('answered')")
+        assert result.ok and result.stdout == "answered\n"
+
+
+def test_concurrent_async_calls_run_at_the_same_time():
+    # Each program records when it ran; with 8 in flight they must overlap (not one after another).
+    code = "import time, json\nstart = time.time()\ntime.sleep(1.0)\nprint(json.dumps([start, time.time()]))"
+
+    async def main():
+        return await asyncio.gather(*(arun_python(code) for _ in range(8)))
+
+    results = asyncio.run(main())
+    spans = [json.loads(r.stdout) for r in results]
+    assert max(start for start, _ in spans) < min(end for _, end in spans)
+    assert len({r.isolation.uid for r in results}) == 8
+
+
+def test_threads_calling_the_blocking_api_get_their_own_results():
+    results: dict[int, str] = {}
+
+    def call(i: int) -> None:
+        results[i] = run_python(f"print({i} ** 2)").stdout
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {i: f"{i**2}\n" for i in range(12)}
+
+
+def test_cancelling_an_async_call_kills_its_program():
+    async def main():
+        task = asyncio.create_task(arun_python("import os; print(os.getuid(), flush=True)\nwhile True: pass"))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    uids_before = set(_sandbox_uids())
+    asyncio.run(main())
+    deadline = time.monotonic() + 5
+    while set(_sandbox_uids()) - uids_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert set(_sandbox_uids()) - uids_before == set()
+
+
+def _sandbox_uids() -> list[int]:
+    uids = []
+    for pid in os.listdir("/proc"):
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if uid >= sandbox_core.UID_BASE:
+            uids.append(uid)
+    return uids
+
+
+def test_a_forked_caller_starts_its_own_server():
+    parent_server = server_pid()
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - reported through the pipe
+        try:
+            result = run_python("print('from the child')")
+            server = sandbox_core._servers[sandbox_core.default_python()]
+            payload = {"stdout": result.stdout, "server": server.process.pid}
+        except BaseException as exc:  # noqa: BLE001
+            payload = {"error": repr(exc)}
+        os.write(write_end, json.dumps(payload).encode())
+        os._exit(0)
+    os.close(write_end)
+    os.waitpid(child, 0)
+    with os.fdopen(read_end) as pipe:
+        payload = json.loads(pipe.read())
+    assert payload.get("stdout") == "from the child\n", payload
+    assert payload["server"] != parent_server
+    assert server_pid() == parent_server and run_python("print(1)").ok
+
+
+def test_allowed_packages_are_importable_and_others_are_not():
+    code = "import yaml; print(yaml.safe_load('a: 1'))"
+    allowed = run(code, packages=("yaml", "_yaml"))
+    assert allowed.ok, allowed.stderr
+    assert allowed.stdout == "{'a': 1}\n"
+    refused = run(code)
+    assert "ModuleNotFoundError: No module named 'yaml'" in refused.stderr
+    with pytest.raises(SandboxError, match="package 'no_such_package' is not installed"):
+        run("print(1)", packages=("no_such_package",))
