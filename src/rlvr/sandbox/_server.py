@@ -52,6 +52,7 @@ PRELOAD = (
 )  # fmt: skip
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
 SETUP_FAILED = 125
 REQUEST_SECONDS = 30.0  # a client that has not sent its whole request by then is gone
 MAX_HEADER_BYTES = 1 << 16
@@ -241,6 +242,15 @@ def kill_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
+def reap_children() -> None:
+    """Wait for every child left: the program's orphans, adopted as subreaper, all killed by kill_uid."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
 def wait_or_kill(pid: int, call: Call, kill) -> tuple[int, bool, bool]:
     """Wait for `pid` until the call's timeout; kill(...) it on timeout or when the client hangs up.
     Returns (wait status, timed out, client gone)."""
@@ -293,6 +303,8 @@ def supervise(setup: Setup, fds: list[int]) -> _program.Program:
     workdir = _jail.WRITABLE[0] if namespaced else tempfile.mkdtemp(prefix="rlvr-sandbox-")
     if not namespaced and call.uid is not None:
         os.chown(workdir, call.uid, call.uid)  # the program's only writable directory it owns
+        # Orphans of the program become our children (not the machine's init's): reaped once killed.
+        _jail.libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
 
     status_r, status_w = os.pipe()
     start = time.monotonic()
@@ -319,6 +331,7 @@ def supervise(setup: Setup, fds: list[int]) -> _program.Program:
         kill()  # children left in the program's group
         if call.uid is not None:
             kill_uid(call.uid)
+            reap_children()
             _jail.sweep_uid(call.uid)  # workdir included: it is the uid's
         shutil.rmtree(workdir, ignore_errors=True)
     if gone:
