@@ -36,7 +36,7 @@ run_train() {
                          "Qwen/Qwen2.5-7B-Instruct\` on a GPU the training processes do not use" >&2
                     return 2
                 fi
-                cmd=("${ACCELERATE:-$REPO/.venv/bin/accelerate}" launch --config_file "$REPO/configs/accelerate/zero3.yaml"
+                cmd=("${ACCELERATE:-$REPO/.venv/bin/accelerate}" launch --config_file "$REPO/src/rlvr/trainer/accelerate/zero3.yaml"
                      --num_processes "$processes" -m rlvr.cli train)
             else
                 cmd=("$rlvr" train)

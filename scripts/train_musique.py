@@ -50,7 +50,7 @@ def set_verbosity(verbose: bool) -> None:
 @app.command()
 def train(
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model name or path."),
-    algo: str = typer.Option("mt_grpo", "--algo", help=f"One of {', '.join(rlvr_train.ALGOS)}."),
+    algo: str = typer.Option("mt_grpo", "--algo", help="An algorithm of `rlvr train --list`."),
     num_train_examples: int = typer.Option(200, "--num-train-examples", help="Training questions."),
     max_steps: int = typer.Option(20, "--max-steps", help="Optimizer steps."),
     retriever: str = RetrieverOption,
@@ -67,7 +67,7 @@ def train(
     rlvr_train.train(
         env=ENV, model=model, algo=algo, config=config, overrides=[f"max_steps={max_steps}", *overrides],
         env_args=env_args(dataset, data_path, retriever, num_train_examples=num_train_examples),
-        server=server, run_dir=run_dir, resume=False, num_processes=1,
+        server=server, run_dir=run_dir, resume=False, num_processes=1, accelerate_config=None, list_algos=False,
     )
 
 

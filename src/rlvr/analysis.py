@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from rlvr.evaluation import TURN_REWARDS, mean_stderr  # noqa: E402
 from rlvr.io import atomic_write_text  # noqa: E402
+from rlvr.rollouts import is_rollout_statistic  # noqa: E402
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -51,9 +52,15 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+# Counts on another scale than rewards: tabled, not drawn on the reward curve.
+NOT_ON_THE_CURVE = frozenset({"turns", "errors", "reward_errors"})
+
+
 def reward_curve_keys(records: list[dict]) -> list[str]:
-    keys = sorted({k for r in records for k, v in r.items() if "reward" in k and isinstance(v, int | float)})
-    return keys
+    """The rollout statistics of a training log (rlvr.rollouts' naming: reward, each reward function, turn/<k>/reward,
+    ...), from step records only (a run summary line has none)."""
+    return sorted({k for r in records if "loss" in r for k, v in r.items()
+                   if is_rollout_statistic(k) and isinstance(v, int | float) and not isinstance(v, bool)})
 
 
 def plot_training_run(metrics_path: Path, out_png: Path) -> list[str]:
@@ -62,7 +69,7 @@ def plot_training_run(metrics_path: Path, out_png: Path) -> list[str]:
     if not records or not keys:
         return []
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key in keys:
+    for key in (k for k in keys if k not in NOT_ON_THE_CURVE):
         points = [(r.get("step", i), r[key]) for i, r in enumerate(records) if isinstance(r.get(key), int | float)]
         ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=key)
     ax.set_xlabel("training step")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,6 +149,17 @@ def assign_advantages(group: Sequence[Rollout], estimator: str, params: Mapping[
 def turn_name(k: int, what: str) -> str:
     """The metric name of turn k (0-based in code, counted from 1 for people): turn_name(0, "reward") = "turn/1/reward"."""
     return f"turn/{k + 1}/{what}"
+
+
+_TURN_REWARD = re.compile(r"turn/\d+/reward")
+# Scalars of a training log that are not rollout statistics (transformers' and the trainer's own).
+TRAINER_SCALARS = frozenset({"loss", "grad_norm", "learning_rate", "epoch", "iteration", "step", "time"})
+
+
+def is_rollout_statistic(name: str) -> bool:
+    """Whether a logged name is one of `rollout_statistics`' (the rest of a training log is namespaced: train/,
+    timing/, tokens/, batch/, sync/, time/, reward/std, turn/<k>/advantage_*)."""
+    return bool(_TURN_REWARD.fullmatch(name)) or ("/" not in name and name not in TRAINER_SCALARS)
 
 
 def rollout_statistics(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:

@@ -9,9 +9,12 @@ from cli_helpers import assert_png, ok, rlvr
 
 # Three steps in the trainer's metrics.jsonl layout, then the closing summary line that transformers writes.
 STEPS = [
-    {"step": 1, "loss": 0.1, "reward": 0.10, "turn/0/reward": 0.20, "turn/1/reward": 0.05, "reward/exact_match": 0.0},
-    {"step": 2, "loss": 0.2, "reward": 0.30, "turn/0/reward": 0.40, "turn/1/reward": 0.15, "reward/exact_match": 0.25},
-    {"step": 3, "loss": 0.3, "reward": 0.55, "turn/0/reward": 0.70, "turn/1/reward": 0.35, "reward/exact_match": 0.5},
+    {"step": 1, "loss": 0.1, "reward": 0.10, "turn/1/reward": 0.20, "turn/2/reward": 0.05, "exact_match": 0.0,
+     "turns": 2.0, "train/entropy": 3.0, "turn/1/advantage_std": 1.0},
+    {"step": 2, "loss": 0.2, "reward": 0.30, "turn/1/reward": 0.40, "turn/2/reward": 0.15, "exact_match": 0.25,
+     "turns": 2.0, "train/entropy": 2.5, "turn/1/advantage_std": 1.0},
+    {"step": 3, "loss": 0.3, "reward": 0.55, "turn/1/reward": 0.70, "turn/2/reward": 0.35, "exact_match": 0.5,
+     "turns": 1.5, "train/entropy": 2.0, "turn/1/advantage_std": 1.0},
 ]
 SUMMARY = {"step": 3, "train_runtime": 12.5, "train_loss": 0.2, "epoch": 1.0}
 
@@ -29,10 +32,11 @@ def test_analyze_synthetic_training_run(tmp_path):
     assert text.startswith("# rlvr analysis")
     assert f"## Training run `{run_dir}`" in text
     assert "3 steps." in text
-    for row in ("| reward | 0.100 | 0.550 |", "| turn/0/reward | 0.200 | 0.700 |", "| turn/1/reward | 0.050 | 0.350 |",
-                "| reward/exact_match | 0.000 | 0.500 |"):
+    for row in ("| reward | 0.100 | 0.550 |", "| turn/1/reward | 0.200 | 0.700 |", "| turn/2/reward | 0.050 | 0.350 |",
+                "| exact_match | 0.000 | 0.500 |", "| turns | 2.000 | 1.500 |"):
         assert row in text, row
-    assert "| loss |" not in text and "| train_loss |" not in text  # only reward curves are tabled
+    for skipped in ("| loss |", "| train_loss |", "| train/entropy |", "| turn/1/advantage_std |"):
+        assert skipped not in text, skipped  # only rollout statistics are tabled
     assert "![reward_curve](mt_grpo/reward_curve.png)" in text
     assert_png(run_dir / "reward_curve.png")
     assert result.says(f"written: {tmp_path / 'runs' / 'analysis.md'}"), result

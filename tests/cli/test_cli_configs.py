@@ -1,5 +1,5 @@
-"""Every TOML in configs/train loads through `rlvr train`'s reader and builds an MTGRPOConfig; its environment is
-installed and takes its env_args. Settings that need CUDA (bf16) are checked as values and the rest of the
+"""Every TOML in configs/train loads through `rlvr train`'s reader and builds its algorithm's configuration; its
+environment is installed and takes its env_args. Settings that need CUDA (bf16) are checked as values and the rest of the
 config is built without them on a machine without a GPU."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.cli.train import ALGOS, read_config
+from rlvr.cli.train import read_config
 from rlvr.evaluation import installed_environment_names
-from rlvr.trainer import MTGRPOConfig
+from rlvr.trainer import ALGORITHMS, MTGRPOConfig, build_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "train").glob("*.toml"))
 NEEDS_CUDA = {"bf16": False}  # field -> the value to build with when CUDA is missing
@@ -30,18 +30,18 @@ def test_cuda_only_fields_exist():
     assert set(NEEDS_CUDA) <= {f.name for f in dataclasses.fields(MTGRPOConfig)}
 
 
-def build(data: dict, tmp_path: Path) -> MTGRPOConfig:
+def build(data: dict, tmp_path: Path):
     training = dict(data["training"])
     if not torch.cuda.is_available():
         training.update({k: v for k, v in NEEDS_CUDA.items() if k in training})
-    return MTGRPOConfig(output_dir=str(tmp_path), advantage_estimator=data["algo"], **training)
+    return build_config(data["algo"], {"output_dir": str(tmp_path), **training})
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_config_builds(path, tmp_path):
     data = read_config(path)
     assert data["env"] in installed_environment_names()
-    assert data["algo"] in ALGOS and data["model"]
+    assert data["algo"] in ALGORITHMS and data["model"]
     loader = importlib.import_module(data["env"].replace("-", "_")).load_environment
     parameters = inspect.signature(loader).parameters
     unknown = set(data.get("env_args", {})) - set(parameters)  # load_environment's **kwargs would swallow typos
@@ -62,6 +62,7 @@ def test_gpu_config_is_the_papers(tmp_path, monkeypatch):
     assert data["model"] == "Qwen/Qwen2.5-7B-Instruct" and data["env_args"]["protocol"] == "xml"
     assert (training["rollouts_per_example"], training["learning_rate"], training["beta"]) == (21, 1e-6, 0.0)
     assert (training["num_iterations"], training["max_steps"]) == (2, 300)
+    assert training["credit"] == {"coef": 1.0}  # MT-GRPO's turn coefficient, in the estimator's own name
     assert training["use_lora"] is False and training["bf16"] is True
     # the paper's 7 training GPUs: the batch splits over them in whole micro-batches
     monkeypatch.setenv("WORLD_SIZE", "7")

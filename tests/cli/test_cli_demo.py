@@ -27,7 +27,7 @@ def test_demo_pipeline(tiny_model, tmp_path):
                         text, re.MULTILINE)
     assert verdict, text
     assert "| metric | before | after | change |" in text
-    for metric in ("reward", "turn_reward", "tool_execution_reward", "turn_1_reward"):
+    for metric in ("reward", "turn_reward", "tool_execution_reward", "turn/1/reward"):
         assert re.search(rf"^\| {metric} \| [-\d.]+ ± [\d.]+ \| [-\d.]+ ± [\d.]+ \| [-+]\d\.\d+ \|$", text, re.MULTILINE), metric
     assert "![demo](demo.png)" in text and "| training |" in text
     assert_png(tmp_path / "demo.png")

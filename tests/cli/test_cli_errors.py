@@ -46,7 +46,7 @@ def test_unknown_model(command):
 
 def test_bad_set_key_suggests_the_closest():
     result = fails(*TRAIN, "--set", "learning_rat=1")
-    assert result.says("unknown training option 'learning_rat' in --set. Did you mean 'learning_rate'?"), result
+    assert result.says("unknown training option 'learning_rat' in --set (algo 'mt_grpo'). Did you mean 'learning_rate'?"), result
 
 
 def test_set_without_value():
@@ -58,7 +58,7 @@ def test_bad_config_keys_suggest_the_closest(tmp_path):
     config = tmp_path / "typo.toml"
     config.write_text('env = "vf-triviaqa-search"\nmodel = "tiny-random"\n[training]\nrollouts_per_exmple = 4\n')
     result = fails("train", "--config", config)
-    assert result.says(f"unknown training option 'rollouts_per_exmple' in {config}."), result
+    assert result.says(f"unknown training option 'rollouts_per_exmple' in {config} (algo 'mt_grpo')."), result
     assert result.says("Did you mean 'rollouts_per_example'?"), result
 
     config.write_text('env = "vf-triviaqa-search"\nmodel = "tiny-random"\n[env_arg]\nmax_turns = 2\n')
@@ -83,11 +83,19 @@ def test_config_value_the_trainer_rejects(tmp_path):
 
 
 @pytest.mark.parametrize(("algo", "hint"), [("mtgrpo", "Did you mean 'mt_grpo'?"),
-                                            ("ppo", "Use one of ('grpo', 'grpo_mr', 'mt_grpo', 'ms_po'")])
+                                            ("reinforce", "Use one of grpo, grpo_mr, mt_grpo, ms_grpo, ms_po")])
 def test_bad_algo(algo, hint):
     result = fails(*TRAIN, "--algo", algo)
     assert result.says(f"unknown --algo '{algo}'."), result
     assert result.says(hint), result
+
+
+def test_credit_parameters_are_checked_against_the_algorithm(tmp_path):
+    result = fails(*TRAIN, "--set", "credit.coef=0.5", "--algo", "grpo", "--run-dir", tmp_path / "run",
+                   "--env-args", json.dumps(TRIVIAQA_ARGS), "--set", "report_to=none")
+    assert result.says("credit parameter(s) ['coef'] do not apply to algo='grpo'"), result
+    result = fails(*TRAIN, "--set", "max_steps.x=1")
+    assert result.says("--set 'max_steps.x=1': max_steps is not a table option"), result
 
 
 def test_missing_env_or_model():

@@ -39,7 +39,7 @@ def test_evaluate_writes_vf_eval_layout(evaluation, tiny_server):
     assert math.isclose(metadata["avg_reward"], sum(r["reward"] for r in rows) / 6)
     summary = json.loads((out / "summary.json").read_text())
     assert math.isclose(summary["reward"]["mean"], metadata["avg_reward"])
-    assert summary["turn_1_reward"]["n"] == 6
+    assert summary["turn/1/reward"]["n"] == 6
 
 
 def test_evaluate_results_read_by_verifiers_and_datasets(evaluation, tiny_server):
@@ -66,7 +66,7 @@ def test_evaluate_prints_the_metrics_table(evaluation):
     out, result = evaluation
     for column in ("metric", "mean", "stderr"):
         assert column in result.output
-    for metric in ("reward", "turn_1_reward", "turns_per_rollout", "tool_execution_reward"):
+    for metric in ("reward", "turn/1/reward", "turns", "tool_execution_reward"):
         assert f" {metric} " in result.output, metric
     assert result.says(f"{ENV} x tiny-random (6 rollouts)"), result
     assert result.says(f"results: {out}"), result

@@ -16,8 +16,8 @@ import torch
 from cli_helpers import assert_png, invoke, read_jsonl
 from typer.testing import CliRunner
 
-from rlvr.cli.train import coerce, read_config
-from rlvr.trainer import MTGRPOConfig
+from rlvr.cli.train import apply_override, read_config
+from rlvr.trainer import build_config
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
@@ -142,7 +142,8 @@ def test_dry_run_multi_gpu_needs_a_server():
     result = dry_run("run_mt_grpo.sh", NUM_PROCESSES="7")
     assert result.returncode == 2 and "NUM_PROCESSES=7 needs SERVER=" in result.stderr
     command = command_of("run_mt_grpo.sh", NUM_PROCESSES="7", SERVER="http://gpu7:8000")
-    assert command[:8] == ["accelerate", "launch", "--config_file", str(REPO / "configs/accelerate/zero3.yaml"),
+    assert command[:8] == ["accelerate", "launch", "--config_file",
+                           str(REPO / "src/rlvr/trainer/accelerate/zero3.yaml"),
                            "--num_processes", "7", "-m", "rlvr.cli"]
     assert command[8:11] == ["train", "--config", GPU_CONFIG] and command[-2:] == ["--server", "http://gpu7:8000"]
     result = dry_run("run_mt_grpo.sh", DEVICE="tpu")
@@ -155,11 +156,11 @@ def test_dry_run_commands_make_valid_configs(device, tmp_path):
     command = command_of("run_mt_grpo.sh", device)
     data = read_config(Path(command[command.index("--config") + 1]))
     training = dict(data["training"])
-    for key, value in (command[i + 1].split("=", 1) for i, arg in enumerate(command) if arg == "--set"):
-        training[key] = coerce(key, value)
+    for item in (command[i + 1] for i, arg in enumerate(command) if arg == "--set"):
+        apply_override(training, item, "mt_grpo")
     if not torch.cuda.is_available():
         training["bf16"] = False  # checked as a value in test_cli_configs; needs a GPU to build
-    config = MTGRPOConfig(output_dir=str(tmp_path), advantage_estimator="mt_grpo", **training)
+    config = build_config(command[command.index("--algo") + 1], {"output_dir": str(tmp_path), **training})
     assert config.max_steps == (300 if device == "gpu" else 20)
 
 

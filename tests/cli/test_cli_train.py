@@ -47,6 +47,7 @@ def training_run(tiny_model, tmp_path_factory):
     run_dir = root / "run"
     with launch(model="tiny-random", extra_args=["--kv-cache-gb", "0.5"]) as server:
         result = ok("train", "--config", config, "--set", "max_steps=2", "--set", "temperature=0.9",
+                    "--set", "credit.norm=none",
                     "--env-args", '{"max_turns": 2}', "--server", server.url, "--run-dir", run_dir)
     return run_dir, result
 
@@ -56,19 +57,19 @@ def test_train_writes_the_run_directory(training_run):
     assert result.says(f"run directory: {run_dir}"), result
     config = json.loads((run_dir / "config.json").read_text())
     assert config["model"] == "tiny-random"
-    # TOML env_args, then --env-args on top, then the algo as the environment's estimator
+    # TOML env_args, then --env-args on top; the algorithm stays out of the environment's arguments
     assert config["env_args"] == {"protocol": "search", "num_train_examples": 8, "num_eval_examples": 2,
-                                  "max_turns": 2, "estimator": "grpo_mr"}
+                                  "max_turns": 2}
     training = config["training"]
     assert training["max_steps"] == 2 and training["temperature"] == 0.9  # --set beats the TOML
-    assert training["advantage_estimator"] == "grpo_mr"  # the TOML's algo
+    assert training["algo"] == "grpo_mr" and training["credit"] == {"norm": "none"}  # the TOML's algo, --set credit
     assert (training["batch_size"], training["rollouts_per_example"], training["use_lora"]) == (8, 4, False)
 
     steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
     assert [r["step"] for r in steps] == [1, 2]
     for record in steps:
         assert 0.0 <= record["reward"] <= 1.0
-        assert "turn/0/reward" in record and record["batch/samples"] >= 1
+        assert "turn/1/reward" in record and record["batch/samples"] >= 1
     assert (run_dir / "rollouts.jsonl").is_file()
     assert (run_dir / "checkpoint-2" / "rlvr_state.json").is_file()
     assert {"config.json", "model.safetensors"} <= {p.name for p in (run_dir / "final").iterdir()}
@@ -82,6 +83,6 @@ def test_analyze_training_run(training_run):
     assert f"## Training run `{run_dir}`" in text
     assert "2 steps." in text  # the trainer's closing summary line is not a step
     assert f"| reward | {steps[0]['reward']:.3f} | {steps[1]['reward']:.3f} |" in text
-    assert "| turn/0/reward |" in text
+    assert "| turn/1/reward |" in text
     assert "![reward_curve](reward_curve.png)" in text
     assert_png(run_dir / "reward_curve.png")

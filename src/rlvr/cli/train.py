@@ -90,7 +90,7 @@ def apply_override(training: dict[str, Any], item: str, algo: str) -> None:
     table, dot, name = key.partition(".")
     check_keys([table], algo, "--set")
     if dot:
-        if not isinstance(training.get(table, {}), dict):
+        if config_fields(algo)[table].default_factory is not dict:
             raise fail(f"--set {item!r}: {table} is not a table option")
         training[table] = {**training.get(table, {}), name: coerce(value)}
     else:
