@@ -1,4 +1,5 @@
-# rlvr: `make demo` runs the main job, `make test` the whole suite. Both set themselves up first.
+# rlvr: `make demo` runs the main job, `make test` the whole suite, `make test-fast` the tests that start no vLLM
+# server or training run (-m "not slow", a few minutes). All set themselves up first.
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_M
 LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet
 
-.PHONY: setup test demo bench lint lock lock-check clean
+.PHONY: setup test test-fast demo bench lint lock lock-check clean
 
 setup: $(STAMP)
 
@@ -18,6 +19,10 @@ $(STAMP):
 
 test: setup lock-check
 	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+test-fast: setup
+	$(OFFLINE) $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 demo: setup

@@ -101,3 +101,19 @@ def vf_eval():
         return metadata, rows
 
     return run
+
+
+# Fixtures that start a vLLM server (a minute or more each on CPU): a test that uses one is slow, and must say so,
+# so that `make test-fast` (-m "not slow") never starts a server. Slow modules mark themselves with
+# `pytestmark = pytest.mark.slow`.
+SERVER_FIXTURES = frozenset({"tiny_server", "smol_server", "training_server"})
+
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = [item.nodeid for item in items
+                if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError(
+            "these tests start a vLLM server but are not marked slow (add `pytestmark = pytest.mark.slow` to the "
+            "module, or @pytest.mark.slow):\n  " + "\n  ".join(unmarked)
+        )

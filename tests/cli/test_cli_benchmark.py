@@ -10,10 +10,11 @@ from cli_helpers import assert_png, ok, read_jsonl
 
 from rlvr.evaluation import mean_stderr
 
+pytestmark = pytest.mark.slow
+
 ENV_ARGS = {"max_turns": 2, "num_train_examples": 2, "num_eval_examples": 2}
 
 
-@pytest.mark.slow
 def test_benchmark_grid_and_analysis(tiny_model, tmp_path):
     out = tmp_path / "bench"
     result = ok("benchmark", "--models", "tiny-random", "--envs", "vf-musique", "--retrievers", "bm25,golden",

@@ -11,8 +11,9 @@ from cli_helpers import assert_png, read_jsonl
 
 from rlvr.demo import DemoSettings, run_demo
 
+pytestmark = pytest.mark.slow
 
-@pytest.mark.slow
+
 def test_demo_pipeline(tiny_model, tmp_path):
     settings = DemoSettings(
         model="tiny-random", steps=2, batch_size=8, rollouts_per_example=4, eval_examples=2, eval_rollouts=1,

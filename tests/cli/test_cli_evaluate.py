@@ -9,6 +9,7 @@ import math
 import pytest
 from cli_helpers import TRIVIAQA_ARGS, assert_png, ok, read_jsonl, rlvr
 
+pytestmark = pytest.mark.slow
 ENV = "vf-triviaqa-search"
 
 

@@ -63,6 +63,7 @@ def test_musique_command_flags(musique_scripts, module, command, flags):
         assert flag in result.output, flag
 
 
+@pytest.mark.slow
 def test_musique_evaluate_predict_analyze_through_the_wrappers(musique_scripts, tiny_server, tmp_path):
     train_musique, evaluate_musique = musique_scripts
     out = tmp_path / "eval"

@@ -11,6 +11,8 @@ from cli_helpers import assert_png, ok, read_jsonl
 
 from rlvr.serve import launch
 
+pytestmark = pytest.mark.slow
+
 CONFIG = """\
 env = "vf-triviaqa-search"
 model = "tiny-random"
