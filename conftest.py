@@ -110,10 +110,9 @@ SERVER_FIXTURES = frozenset({"tiny_server", "smol_server", "training_server"})
 
 
 def pytest_collection_modifyitems(config, items):
-    unmarked = [item.nodeid for item in items
+    unmarked = [item for item in items
                 if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None]
-    if unmarked:
-        raise pytest.UsageError(
-            "these tests start a vLLM server but are not marked slow (add `pytestmark = pytest.mark.slow` to the "
-            "module, or @pytest.mark.slow):\n  " + "\n  ".join(unmarked)
-        )
+    for item in unmarked:  # still kept out of the fast profile, and named so that the module gets its mark
+        item.add_marker(pytest.mark.slow)
+        item.warn(pytest.PytestUnknownMarkWarning(
+            f"{item.nodeid} starts a vLLM server but is not marked slow: add `pytestmark = pytest.mark.slow`"))
