@@ -154,7 +154,7 @@ def build_tiny_random(out: Path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = _load_smollm2_tokenizer()
-    # head_dim 64: vLLM's CPU attention rejects 16 (ARCHITECTURE.md, measured).
+    # head_dim 64: vLLM's CPU attention rejects 16 (docs/architecture.md, section 2: measured).
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=128,

@@ -46,6 +46,10 @@ def test_publish_install_and_evaluate_gsm8k_code(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
     assert (site / "vf_gsm8k_code" / "__init__.py").is_file() and (site / "rlvr" / "__init__.py").is_file()
     assert not (site / "pyproject.toml").exists()
+    # the accelerate configs ship inside the installed rlvr wheel and resolve there (no repository checkout needed)
+    resolved = subprocess.check_output([str(python), "-c", "from rlvr.cli.train import accelerate_config_file as f; "
+                                        "print(f('cpu_ddp.yaml'))"], text=True).strip().splitlines()[-1]
+    assert Path(resolved) == site / "rlvr" / "trainer" / "accelerate" / "cpu_ddp.yaml" and Path(resolved).is_file()
 
     listed = rlvr("env", "list", python=python)
     assert listed.returncode == 0, listed.stderr
