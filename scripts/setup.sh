@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-command CPU setup for a fresh clone (called by `make setup` when a pyproject file changed).
-# Order matters; see ARCHITECTURE.md section 1 for the measured reasons.
+# Order matters; see docs/architecture.md (sections 1 and 2) for the measured reasons.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
