@@ -21,6 +21,19 @@ from rlvr.credit.estimators import (
     mt_grpo_k,
     turn_return,
 )
+from rlvr.credit.gae import (
+    GAE_ESTIMATORS,
+    Estimate,
+    bi_level_gae,
+    cross_level_gae,
+    discounted_returns,
+    estimate,
+    gae,
+    multi_turn_gae,
+    token_gae,
+    token_rewards,
+    whiten,
+)
 from rlvr.credit.normalize import EPSILON, batch_whiten, group_normalize
 from rlvr.credit.tokens import (
     NotPrefixConsistent,
@@ -34,6 +47,8 @@ from rlvr.credit.tokens import (
 __all__ = [
     "EPSILON",
     "ESTIMATORS",
+    "Estimate",
+    "GAE_ESTIMATORS",
     "Estimator",
     "NotPrefixConsistent",
     "TokenView",
@@ -54,4 +69,13 @@ __all__ = [
     "mt_grpo_k",
     "prefix_mismatch",
     "turn_return",
+    "bi_level_gae",
+    "cross_level_gae",
+    "discounted_returns",
+    "estimate",
+    "gae",
+    "multi_turn_gae",
+    "token_gae",
+    "token_rewards",
+    "whiten",
 ]
