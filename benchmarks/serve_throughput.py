@@ -1,17 +1,13 @@
-"""Rollout throughput of `rlvr serve` against plain vLLM, and CPU weight-sync time, measured in one run.
+"""Rollout throughput of `rlvr serve` against plain vLLM.
 
 Both servers run at once with the same vLLM flags (`rlvr.serve.options.vllm_argv`: same model, KV cache size,
 --enforce-eager on CPU, hermes tool parser); plain vLLM is `python -m vllm.entrypoints.openai.api_server`.
 The rounds alternate between the two (rlvr, plain, rlvr, plain, ...) so that load from other processes on a
 shared CPU falls on both alike. A round sends --num-prompts chat requests, --concurrency at a time, each
 generating exactly --max-tokens tokens (greedy, ignore_eos). Throughput = completion tokens / wall time;
-ratio = median rlvr / median plain (goal >= 0.95).
+ratio = median rlvr / median plain (goal >= 0.95). Weight-sync time is measured by benchmarks/weight_sync.py.
 
-Weight sync: the model's own weights (transformers, fp32) sent --sync-repeats times with CPUWeightSyncClient for
-each of --sync-transports ("file": safetensors file in /dev/shm, path sent; "http": bytes sent); `total` is the
-trainer's wall time (serialize or write + request + load), `load` the server's pause-load-resume part.
-Writes benchmarks/results/serve_throughput.json (atomically). --only-weight-sync starts only `rlvr serve`,
-measures only the weight sync and writes benchmarks/results/weight_sync.json.
+Writes benchmarks/results/serve_throughput.json (atomically).
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from openai import AsyncOpenAI
 
 from rlvr import models
 from rlvr.io import atomic_write_json
-from rlvr.serve import CPUWeightSyncClient, launch
+from rlvr.serve import launch
 from rlvr.serve.launch import default_log_file, free_port, launcher_env, serve_process
 from rlvr.serve.options import ServeOptions, vllm_argv
 
@@ -92,42 +88,6 @@ def plain_vllm(model: str, kv_cache_gb: float | None, timeout: float):
     )
 
 
-def weight_sync_times(url: str, model: str, repeats: int, transports: list[str]) -> dict:
-    from transformers import AutoModelForCausalLM
-
-    state = AutoModelForCausalLM.from_pretrained(models.resolve(model), dtype=torch.float32).state_dict()
-    result: dict = {
-        "num_tensors": len(state),
-        "megabytes": sum(t.numel() * t.element_size() for t in state.values()) / 2**20,
-    }
-    for transport in transports:
-        client = CPUWeightSyncClient(url, transport=transport)
-        totals, loads = [], []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            answer = client.update_weights(state)
-            totals.append(time.perf_counter() - start)
-            loads.append(answer["load_seconds"])
-            print(
-                f"weight sync ({answer['transport']}): {totals[-1]:.2f} s, load {loads[-1]:.2f} s", flush=True
-            )
-        result[transport] = {
-            "total_s": totals,
-            "load_s": loads,
-            "median_total_s": statistics.median(totals),
-            "median_load_s": statistics.median(loads),
-        }
-    return result
-
-
-def sync_summary(sync: dict) -> str:
-    return "; ".join(
-        f"{transport}: {sync[transport]['median_total_s']:.2f} s total, {sync[transport]['median_load_s']:.2f} s load"
-        for transport in sync
-        if isinstance(sync[transport], dict)
-    )
-
-
 def machine() -> dict:
     return {
         "cpus": torch.get_num_threads(),
@@ -145,35 +105,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--sync-repeats", type=int, default=3)
-    parser.add_argument(
-        "--sync-transports",
-        default="file,http",
-        help="comma-separated CPUWeightSyncClient transports to time (file, http)",
-    )
-    parser.add_argument(
-        "--only-weight-sync", action="store_true", help="skip the throughput rounds and plain vLLM"
-    )
     parser.add_argument("--kv-cache-gb", type=float, default=None)
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for each server to start")
-    parser.add_argument(
-        "--out", type=Path, default=None, help="default: benchmarks/results/<what was measured>.json"
-    )
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "serve_throughput.json")
     args = parser.parse_args()
-    transports = [t.strip() for t in args.sync_transports.split(",") if t.strip()]
-    if not transports or not set(transports) <= {"file", "http"}:
-        parser.error(f"--sync-transports takes file and/or http, got {args.sync_transports!r}")
-    results = REPO / "benchmarks" / "results"
 
     extra = [] if args.kv_cache_gb is None else ["--kv-cache-gb", str(args.kv_cache_gb)]
-    if args.only_weight_sync:
-        with launch(args.model, extra_args=extra, timeout=args.timeout) as rlvr_server:
-            sync = weight_sync_times(rlvr_server.url, args.model, args.sync_repeats, transports)
-        out = args.out or results / "weight_sync.json"
-        atomic_write_json(out, {"model": args.model, "weight_sync": sync, "machine": machine()})
-        print(f"weight sync {args.model} ({sync['megabytes']:.0f} MiB): {sync_summary(sync)}")
-        print(f"wrote {out}")
-        return
     with (
         launch(args.model, extra_args=extra, timeout=args.timeout) as rlvr_server,
         plain_vllm(args.model, args.kv_cache_gb, args.timeout) as plain_server,
@@ -191,7 +128,6 @@ def main() -> None:
                 )
                 rounds[name].append(result)
                 print(f"{name:>10}: {result['tokens_per_s']:.1f} tokens/s", flush=True)
-        sync = weight_sync_times(rlvr_server.url, args.model, args.sync_repeats, transports)
 
     median = {name: statistics.median(r["tokens_per_s"] for r in results) for name, results in rounds.items()}
     report = {
@@ -202,17 +138,14 @@ def main() -> None:
         "rounds": rounds,
         "median_tokens_per_s": median,
         "ratio_rlvr_over_plain": median["rlvr_serve"] / median["plain_vllm"],
-        "weight_sync": sync,
         "machine": machine(),
     }
-    out = args.out or results / "serve_throughput.json"
-    atomic_write_json(out, report)
+    atomic_write_json(args.out, report)
     print(
         f"rlvr serve / plain vLLM = {report['ratio_rlvr_over_plain']:.3f} "
-        f"({median['rlvr_serve']:.1f} vs {median['plain_vllm']:.1f} tokens/s); weight sync {args.model} "
-        f"({sync['megabytes']:.0f} MiB): {sync_summary(sync)}"
+        f"({median['rlvr_serve']:.1f} vs {median['plain_vllm']:.1f} tokens/s)"
     )
-    print(f"wrote {out}")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

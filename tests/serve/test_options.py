@@ -1,30 +1,22 @@
-"""`rlvr serve` argument handling, the admin check and state-dict serialization: no server needed."""
+"""`rlvr serve` argument handling, the admin check, the file transport's path check, imports: no server needed."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from safetensors.torch import load, load_file
 
 from rlvr.serve.admin import AdminTokenMiddleware
-from rlvr.serve.client import (
-    CPUWeightSyncClient,
-    prepare_state_dict,
-    serialize_state_dict,
-    write_weights_file,
-)
+from rlvr.serve.client import CPUWeightSyncClient
 from rlvr.serve.cpu_routes import WeightsPathError, weights_file
 from rlvr.serve.launch import dtype_args
 from rlvr.serve.options import ServeError, parse_args, vllm_argv
 from rlvr.serve.protocol import ADMIN_HEADER, ADMIN_PATHS, is_loopback
+from rlvr.serve.staging import StagingFile, state_tensors
 
 
 @pytest.mark.parametrize(
@@ -127,40 +119,8 @@ def test_middleware_guards_admin_paths_only():
     } <= ADMIN_PATHS
 
 
-def test_serialize_clones_tied_weights_and_round_trips():
-    embed = torch.randn(10, 4)
-    state = {"model.embed_tokens.weight": embed, "lm_head.weight": embed, "model.norm.weight": torch.ones(4)}
-    loaded = load(serialize_state_dict(state))
-    assert set(loaded) == set(state)
-    for name, tensor in state.items():
-        assert torch.equal(loaded[name], tensor)
-
-
-def test_serialize_rejects_bad_state_dicts():
-    with pytest.raises(ValueError, match="empty"):
-        serialize_state_dict({})
-    with pytest.raises(TypeError, match="state_dict\\['w'\\]"):
-        serialize_state_dict({"w": [1.0, 2.0]})
-
-
 def test_client_accepts_the_base_url():
     assert CPUWeightSyncClient("http://h:1/v1/").url == "http://h:1"
-
-
-@settings(max_examples=25, deadline=None)
-@given(
-    shapes=st.lists(st.lists(st.integers(1, 5), min_size=1, max_size=3), min_size=1, max_size=4),
-    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
-    tie=st.booleans(),
-)
-def test_serialize_round_trips_any_state_dict(shapes, dtype, tie):
-    state = {f"layer.{i}.weight": torch.randn(shape).to(dtype) for i, shape in enumerate(shapes)}
-    if tie:
-        state["tied.weight"] = state["layer.0.weight"]
-    loaded = load(serialize_state_dict(state))
-    assert all(
-        torch.equal(loaded[name], tensor) and loaded[name].dtype == dtype for name, tensor in state.items()
-    )
 
 
 def test_client_transport_auto_is_file_on_loopback_only():
@@ -173,25 +133,13 @@ def test_client_transport_auto_is_file_on_loopback_only():
         CPUWeightSyncClient("http://127.0.0.1:8000", transport="shm")
 
 
-def test_write_weights_file_makes_a_private_directory_with_the_whole_state(tmp_path):
-    embed = torch.randn(10, 4)
-    state = {"model.embed_tokens.weight": embed, "lm_head.weight": embed}
-    path = write_weights_file(prepare_state_dict(state), tmp_path)
-    assert path.parent.parent == tmp_path and path.parent.name.startswith("rlvr-weights-")
-    assert path.parent.stat().st_mode & 0o777 == 0o700
-    assert os.listdir(path.parent) == [path.name]  # the partial file was renamed, not left behind
-    loaded = load_file(path)
-    assert all(torch.equal(loaded[name], tensor) for name, tensor in state.items())
-    # The server accepts exactly what the client writes.
-    assert weights_file(str(path), [tmp_path]) == path.resolve()
-
-
 def test_weights_file_refuses_paths_outside_the_allowed_roots(tmp_path):
     root, other = tmp_path / "root", tmp_path / "other"
     root.mkdir()
     other.mkdir()
-    good = write_weights_file({"w": torch.zeros(1)}, root)
-    stray = write_weights_file({"w": torch.zeros(1)}, other)
+    good_file, stray_file = StagingFile(root), StagingFile(other)
+    good = good_file.write(state_tensors({"w": torch.zeros(1)}))
+    stray = stray_file.write(state_tensors({"w": torch.zeros(1)}))
     loose = root / "loose.safetensors"  # in the root, but not in an rlvr-weights-* directory
     loose.write_bytes(good.read_bytes())
     link = good.parent / "link.safetensors"

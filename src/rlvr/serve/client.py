@@ -2,25 +2,24 @@
 
 Two ways to hand the server a safetensors file of the state dict, which every vLLM worker then reloads:
 
-- ``"file"`` (trainer and server on one machine): write the file into a private ``rlvr-weights-<uuid>``
-  directory on a RAM-backed filesystem and send only its path (``POST /rlvr/update_weights_from_path``).
+- ``"file"`` (trainer and server on one machine): keep the file in a private ``rlvr-weights-<uuid>`` directory
+  on a RAM-backed filesystem, overwrite it in place for each update (`rlvr.serve.staging.StagingFile`) and send
+  only its path (``POST /rlvr/update_weights_from_path``).
 - ``"http"`` (remote server): send the file's bytes as the request body (``POST /rlvr/update_weights``).
-  For SmolLM2-135M (621 MiB fp32) this took ~81 s per update against ~4 s for the file (docs/serve.md).
+  For SmolLM2-135M (621 MiB fp32) this took 63-81 s per update on a loaded machine (docs/serve.md).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
-import uuid
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
 import torch
-from safetensors.torch import save, save_file
 
 from rlvr.serve.protocol import (
     ADMIN_HEADER,
@@ -29,81 +28,20 @@ from rlvr.serve.protocol import (
     CPU_UPDATE_PATH,
     REASON_NOT_ALLOWED,
     REASON_NOT_FOUND,
-    WEIGHTS_DIR_PREFIX,
     is_loopback,
 )
+from rlvr.serve.staging import StagingFile, StateTensors, default_shared_root, state_tensors
 
 TRANSPORTS = ("auto", "file", "http")
 # Server refusals of a path after which "auto" sends the bytes instead: the server cannot see the client's file
 # (another container or filesystem, a different temp dir).
 FALLBACK_REASONS = frozenset({REASON_NOT_FOUND, REASON_NOT_ALLOWED})
-# Room left on /dev/shm beyond the file itself before the client prefers it (the safetensors header and slack).
-SHM_MARGIN_BYTES = 64 * 2**20
 
 logger = logging.getLogger("rlvr.serve.client")
 
 
 class WeightSyncError(RuntimeError):
     """The server refused or failed a weight update."""
-
-
-def prepare_state_dict(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The tensors safetensors can write: CPU, contiguous, detached, no two sharing storage.
-
-    Tied weights (embed_tokens / lm_head) share storage, which safetensors refuses, so a tensor whose storage was
-    already taken is cloned (docs/ARCHITECTURE.md section 1).
-    """
-    if not state_dict:
-        raise ValueError(
-            "the state dict is empty: pass model.state_dict() (checkpoint names, e.g. model.layers.0...)"
-        )
-    tensors: dict[str, torch.Tensor] = {}
-    seen_storages: set[int] = set()
-    for name, tensor in state_dict.items():
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"state_dict[{name!r}] is a {type(tensor).__name__}, not a torch.Tensor")
-        tensor = tensor.detach().to("cpu").contiguous()
-        storage = tensor.untyped_storage().data_ptr()
-        if storage in seen_storages:
-            tensor = tensor.clone()
-        seen_storages.add(tensor.untyped_storage().data_ptr())
-        tensors[name] = tensor
-    return tensors
-
-
-def serialize_state_dict(state_dict: Mapping[str, torch.Tensor]) -> bytes:
-    """A state dict as safetensors bytes (the body of the http transport)."""
-    return save(prepare_state_dict(state_dict))
-
-
-def default_shared_root(nbytes: int) -> Path:
-    """/dev/shm when it exists and has room for `nbytes` (Docker's default is 64 MiB), else the system temp dir."""
-    shm = Path("/dev/shm")
-    if shm.is_dir():
-        stats = os.statvfs(shm)
-        if stats.f_bavail * stats.f_frsize >= nbytes + SHM_MARGIN_BYTES:
-            return shm
-    return Path(tempfile.gettempdir())
-
-
-def write_weights_file(tensors: Mapping[str, torch.Tensor], root: Path) -> Path:
-    """Write `tensors` as `<root>/rlvr-weights-<uuid>/weights.safetensors`; the caller removes the directory.
-
-    The directory is created 0700 by this user, which the server requires (`rlvr.serve.cpu_routes.weights_file`).
-    The file appears under its final name only once complete (written under another name, then renamed). No
-    fsync: the file lives for one load and a crash loses nothing worth keeping.
-    """
-    directory = root / f"{WEIGHTS_DIR_PREFIX}{uuid.uuid4().hex}"
-    directory.mkdir(mode=0o700)
-    try:
-        partial = directory / "weights.safetensors.partial"
-        save_file(dict(tensors), partial)
-        final = partial.with_name("weights.safetensors")
-        os.replace(partial, final)
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
-    return final
 
 
 class CPUWeightSyncClient:
@@ -115,9 +53,12 @@ class CPUWeightSyncClient:
     `transport`: ``"file"`` writes the weights to a shared directory and sends its path (same machine),
     ``"http"`` sends the bytes, ``"auto"`` (default) picks "file" when the URL's host is a loopback address and
     falls back to "http" for good (with a warning) if the server cannot load the client's file.
-    `shared_dir`: where the file transport makes its per-update directory; default /dev/shm (when it has room),
-    else the system temp dir. The server loads from /dev/shm and its temp dir; any other directory needs
+    `shared_dir`: where the file transport keeps its directory; default /dev/shm (when it has room), else the
+    system temp dir. The server loads from /dev/shm and its temp dir; any other directory needs
     ``rlvr serve --allow-weights-dir DIR``.
+
+    The file transport's file lives (one copy of the weights in RAM) until `close()`, the end of a ``with`` block,
+    garbage collection or interpreter exit.
     """
 
     def __init__(
@@ -140,33 +81,51 @@ class CPUWeightSyncClient:
             transport = "file" if is_loopback(httpx.URL(self.url).host) else "http"
         self.transport = transport
         self.shared_dir = Path(shared_dir) if shared_dir is not None else None
+        self._staging: StagingFile | None = None
+        self._one_update_at_a_time = threading.Lock()
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> dict:
         """Load the whole state dict into the server; returns once the server generates with it.
 
-        The answer is the server's JSON (`num_tensors`, `load_seconds`, `weight_version`) plus `transport`.
+        The answer is the server's JSON (`num_tensors`, `load_seconds`, `reload_seconds`, `weight_version`) plus
+        `transport` (the one used), `write_seconds` (preparing and writing or serialising the tensors) and
+        `seconds` (the whole call).
         """
-        tensors = prepare_state_dict(state_dict)
-        if self.transport == "file":
-            answer = self._send_path(tensors)
-            if answer is not None:
-                return answer
-        return self._send_bytes(tensors)
+        start = time.perf_counter()
+        state = state_tensors(state_dict)
+        with self._one_update_at_a_time:
+            answer = self._send_path(state, start) if self.transport == "file" else None
+            if answer is None:
+                answer = self._send_bytes(state, start)
+        return {**answer, "seconds": time.perf_counter() - start}
 
-    def _send_path(self, tensors: dict[str, torch.Tensor]) -> dict | None:
+    def close(self) -> None:
+        """Delete the file transport's file (a later update writes a new one)."""
+        if self._staging is not None:
+            self._staging.remove()
+            self._staging = None
+
+    def __enter__(self) -> CPUWeightSyncClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _send_path(self, state: StateTensors, start: float) -> dict | None:
         """The server's answer, or None when "auto" should fall back to http (the server cannot see the file)."""
-        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-        root = self.shared_dir if self.shared_dir is not None else default_shared_root(nbytes)
-        path = write_weights_file(tensors, root)
-        try:
-            response = httpx.post(
-                f"{self.url}{CPU_UPDATE_FROM_PATH}",
-                json={"path": str(path)},
-                headers=self._headers,
-                timeout=self.timeout,
-            )
-        finally:
-            shutil.rmtree(path.parent, ignore_errors=True)
+        if self._staging is None:
+            root = self.shared_dir if self.shared_dir is not None else default_shared_root(state.nbytes)
+            self._staging = StagingFile(root)
+        path = self._staging.write(state)
+        write_seconds = time.perf_counter() - start
+        response = httpx.post(
+            f"{self.url}{CPU_UPDATE_FROM_PATH}",
+            json={"path": str(path)},
+            headers=self._headers,
+            timeout=self.timeout,
+        )
+        if response.status_code != 200:
+            self.close()  # the server did not load it; keep no copy of the weights around
         if self._fallback and (
             response.status_code == 404
             or (response.status_code == 400 and _reason(response) in FALLBACK_REASONS)
@@ -175,27 +134,29 @@ class CPUWeightSyncClient:
                 "the server at %s cannot load weights from %s (%d: %s); sending them over HTTP from now on, "
                 "which is much slower",
                 self.url,
-                root,
+                path.parent.parent,
                 response.status_code,
                 response.text,
             )
             self.transport = "http"
             return None
-        return self._answer(response, CPU_UPDATE_FROM_PATH, "file")
+        return self._answer(response, CPU_UPDATE_FROM_PATH, "file", write_seconds)
 
-    def _send_bytes(self, tensors: dict[str, torch.Tensor]) -> dict:
+    def _send_bytes(self, state: StateTensors, start: float) -> dict:
+        body = state.to_bytes()
+        write_seconds = time.perf_counter() - start
         response = httpx.post(
             f"{self.url}{CPU_UPDATE_PATH}",
-            content=save(tensors),
+            content=body,
             headers={**self._headers, "content-type": "application/octet-stream"},
             timeout=self.timeout,
         )
-        return self._answer(response, CPU_UPDATE_PATH, "http")
+        return self._answer(response, CPU_UPDATE_PATH, "http", write_seconds)
 
-    def _answer(self, response: httpx.Response, route: str, transport: str) -> dict:
+    def _answer(self, response: httpx.Response, route: str, transport: str, write_seconds: float) -> dict:
         if response.status_code != 200:
             raise WeightSyncError(f"POST {self.url}{route} answered {response.status_code}: {response.text}")
-        return {**response.json(), "transport": transport}
+        return {**response.json(), "transport": transport, "write_seconds": write_seconds}
 
 
 def _reason(response: httpx.Response) -> str | None:

@@ -5,7 +5,8 @@
 - ``POST /rlvr/update_weights_from_path`` (file transport): ``{"path": ...}`` of a file that a trainer on this
   machine wrote, loaded only from a private ``rlvr-weights-*`` directory of an allowed root (`weights_file`).
 
-Both answer ``{"status", "num_tensors", "load_seconds", "weight_version"}`` once generation runs on the new weights.
+Both answer ``{"status", "num_tensors", "load_seconds", "reload_seconds", "weight_version"}`` once generation runs
+on the new weights. A tied tensor may be stored once with its other names in the header (`protocol.parse_aliases`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from rlvr.serve.protocol import (
     REASON_NOT_ALLOWED,
     REASON_NOT_FOUND,
     WEIGHTS_DIR_PREFIX,
+    parse_aliases,
 )
 
 logger = logging.getLogger("rlvr.serve")
@@ -108,8 +110,9 @@ def add_cpu_routes(
 
         try:
             with safe_open(str(path), framework="pt") as f:
-                num_tensors = len(list(f.keys()))
-        except (SafetensorError, OSError) as exc:
+                names = list(f.keys())
+                num_tensors = len(names) + len(parse_aliases(f.metadata(), names))
+        except (SafetensorError, OSError, ValueError) as exc:
             return _error(
                 400,
                 f"{source} must be a safetensors file of the model's state dict "
@@ -120,7 +123,9 @@ def add_cpu_routes(
         start = time.perf_counter()
         await gate.pause()
         try:
+            reload_start = time.perf_counter()
             await engine.collective_rpc("reload_weights_from_file", args=(str(path),))
+            reload_seconds = time.perf_counter() - reload_start
         except Exception as exc:
             logger.exception("weight update failed")
             return _error(
@@ -131,11 +136,18 @@ def add_cpu_routes(
         finally:
             await gate.resume()
         seconds = time.perf_counter() - start
-        logger.info("weights updated: %d tensors in %.3f s (version %d)", num_tensors, seconds, gate.version)
+        logger.info(
+            "weights updated: %d tensors in %.3f s, of which the workers' reload %.3f s (version %d)",
+            num_tensors,
+            seconds,
+            reload_seconds,
+            gate.version,
+        )
         return {
             "status": "ok",
             "num_tensors": num_tensors,
-            "load_seconds": seconds,
+            "load_seconds": seconds,  # pause (running requests finish) + reload + prefix-cache reset + resume
+            "reload_seconds": reload_seconds,
             "weight_version": gate.version,
         }
 
@@ -162,6 +174,6 @@ def add_cpu_routes(
             path = weights_file(given, weights_roots)
         except WeightsPathError as exc:
             return _error(400, str(exc), reason=exc.reason)
-        # The trainer deletes the file once this answers.
+        # The client rewrites the file only after this answers.
         async with update_lock:
             return await load_weights_file(path, str(path))

@@ -7,7 +7,9 @@ without the server's dependencies. The server's route modules (`nccl_routes`, `c
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
+from collections.abc import Iterable
 
 # Admin token: required on the weight-changing routes when the server binds a non-loopback address.
 ADMIN_HEADER = "X-RLVR-Admin-Token"
@@ -27,6 +29,8 @@ CPU_UPDATE_PATH = "/rlvr/update_weights"
 CPU_UPDATE_FROM_PATH = "/rlvr/update_weights_from_path"
 # The file transport's directories are named rlvr-weights-<uuid> (CPUWeightSyncClient creates them, 0700).
 WEIGHTS_DIR_PREFIX = "rlvr-weights-"
+# Safetensors header metadata key of the tied-tensor aliases (`aliases_metadata`).
+ALIASES_METADATA_KEY = "rlvr.aliases"
 # `"reason"` of a 400 from CPU_UPDATE_FROM_PATH. The first two mean the server cannot see or will not read the
 # client's file (another container, another temp dir): a client may then send the bytes instead.
 REASON_NOT_FOUND = "not_found"
@@ -77,3 +81,33 @@ def is_loopback(host: str | None) -> bool:
     except socket.gaierror:
         return False
     return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def aliases_metadata(aliases: dict[str, str]) -> dict[str, str]:
+    """The safetensors header metadata that records tied tensors: ``{alias name: name of the stored tensor}``.
+
+    safetensors stores no two names for one tensor, so a client writes a tied tensor (lm_head / embed_tokens) once
+    and the server loads it under every name (`parse_aliases`).
+    """
+    return {ALIASES_METADATA_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
+
+
+def parse_aliases(metadata: dict[str, str] | None, names: Iterable[str]) -> dict[str, str]:
+    """The aliases in a weights file's header metadata; ValueError when one names no tensor of the file."""
+    text = (metadata or {}).get(ALIASES_METADATA_KEY)
+    if text is None:
+        return {}
+    try:
+        aliases = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"header metadata {ALIASES_METADATA_KEY!r} is not JSON: {exc}") from None
+    stored = set(names)
+    if not isinstance(aliases, dict) or not all(
+        isinstance(alias, str) and target in stored and alias not in stored
+        for alias, target in aliases.items()
+    ):
+        raise ValueError(
+            f"header metadata {ALIASES_METADATA_KEY!r} must map new names to tensors stored in the file, "
+            f"got {text[:200]}"
+        )
+    return aliases

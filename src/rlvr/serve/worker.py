@@ -5,7 +5,7 @@ vLLM mixes this class into every worker (``--worker-extension-cls``); the API se
 
 - CPU (and any single machine): the API server writes the trainer's safetensors file to disk and every worker
   reloads from it with ``reload_weights``. Plain ``model.load_weights`` after start-up fails on CPU because some
-  parameters are repacked to size 0 after loading (measured, docs/ARCHITECTURE.md section 1); ``reload_weights``
+  parameters are repacked to size 0 after loading (measured; docs/architecture.md, "Serving and weight sync"); ``reload_weights``
   re-runs the loader's post-processing.
 - GPU: verifiers' NCCL protocol (verifiers 0.1.9.post3 ``verifiers/rl/inference/server.py``
   ``WeightSyncWorkerExtension``): the trainer joins a ``StatelessProcessGroup`` as the last rank and broadcasts
@@ -19,23 +19,35 @@ from collections.abc import Iterator, Sequence
 import torch
 from safetensors import safe_open
 
+from rlvr.serve.protocol import parse_aliases
+
 
 class WeightSyncWorkerExtension:
     pynccl_comm = None
     client_rank: int | None = None
 
     def reload_weights_from_file(self, path: str) -> int:
-        """Load every tensor of a safetensors file (checkpoint names) into the model; returns the tensor count."""
+        """Load every tensor of a safetensors file (checkpoint names) into the model, each tied tensor also under
+        its aliases (`rlvr.serve.protocol.parse_aliases`); returns the number of names loaded.
+
+        `get_tensor` returns a view of safetensors' memory map (no copy); vLLM's weight loaders copy it into
+        the model, converting the dtype when the file's differs from the served one.
+        """
         with safe_open(path, framework="pt", device="cpu") as f:
             names = list(f.keys())
+            aliases_of: dict[str, list[str]] = {}
+            for alias, stored in parse_aliases(f.metadata(), names).items():
+                aliases_of.setdefault(stored, []).append(alias)
 
             def tensors() -> Iterator[tuple[str, torch.Tensor]]:
                 for name in names:
-                    yield name, f.get_tensor(name)
+                    tensor = f.get_tensor(name)
+                    for loaded_as in (name, *aliases_of.get(name, ())):
+                        yield loaded_as, tensor
 
             # Worker.reload_weights wraps the model runner's in-place reload in the vLLM config context.
             self.reload_weights(weights_iterator=tensors())  # type: ignore[attr-defined]
-        return len(names)
+        return len(names) + sum(map(len, aliases_of.values()))
 
     def init_communicator(self, host: str, port: int, world_size: int) -> None:
         from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
