@@ -301,6 +301,24 @@ def syscall_filter():
 # Fallback without namespaces: the program saw the host filesystem; remove what its private uid left.
 
 TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def live_processes_of(uid: int) -> list[int]:
+    """Pids whose real uid is `uid` and that are not zombies (dead, waiting to be reaped)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited while we looked
+        if fields["State"].split()[0] not in ("Z", "X") and int(fields["Uid"].split()[0]) == uid:
+            pids.append(int(entry))
+    return pids
+
+
 IPC_RMID = 0
 
 

@@ -229,14 +229,16 @@ def run_init(call: Call, status_fd: int) -> _program.Program:
 
 
 def kill_uid(uid: int) -> None:
-    """SIGKILL every process of `uid` (kill(-1) from that uid reaches exactly those), until none is left."""
+    """SIGKILL every process of `uid`: kill(-1) from that uid reaches exactly those, in one atomic pass;
+    processes forked while it walks the process list survive it, so repeat until /proc shows none alive.
+    (kill(-1) itself cannot say when it is done: it fails with ESRCH only when no other process exists.)"""
     pid = os.fork()
     if pid == 0:
         os.setuid(uid)
-        for _ in range(1000):  # processes forked while kill(-1) walks the process list survive one pass
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
+        me = os.getpid()
+        for _ in range(1000):
+            os.kill(-1, signal.SIGKILL)
+            if not [p for p in _jail.live_processes_of(uid) if p != me]:
                 os._exit(0)
         os._exit(1)
     os.waitpid(pid, 0)
@@ -251,9 +253,9 @@ def reap_children() -> None:
             return
 
 
-def wait_or_kill(pid: int, call: Call, kill) -> tuple[int, bool, bool]:
-    """Wait for `pid` until the call's timeout; kill(...) it on timeout or when the client hangs up.
-    Returns (wait status, timed out, client gone)."""
+def wait_or_kill(pid: int, call: Call, namespaced: bool) -> tuple[int, bool, bool]:
+    """Wait for `pid` (init, or the program itself without namespaces) until the call's timeout; SIGKILL
+    it on timeout or when the client hangs up. Returns (wait status, timed out, client gone)."""
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
@@ -267,8 +269,15 @@ def wait_or_kill(pid: int, call: Call, kill) -> tuple[int, bool, bool]:
             break
         if events or left <= 0:
             timed_out, gone = not events, bool(events)
-            kill()
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # init: the kernel kills the namespace
             break
+    if not namespaced:
+        # The program leads its process group; until it is reaped its pid (= the group's id) cannot be
+        # reused, so this reaches only what it left in its group.
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
     return status, timed_out, gone
@@ -317,18 +326,9 @@ def supervise(setup: Setup, fds: list[int]) -> _program.Program:
         return prepare_program(call, workdir, False, status_w)
     os.close(status_w)
 
-    def kill() -> None:
-        # With namespaces `pid` is init: killing it kills the namespace. Else the program leads its group.
-        for target in (lambda: os.kill(pid, signal.SIGKILL), lambda: os.killpg(pid, signal.SIGKILL)):
-            try:
-                target()
-            except ProcessLookupError:
-                pass
-
-    status, timed_out, gone = wait_or_kill(pid, call, kill)
+    status, timed_out, gone = wait_or_kill(pid, call, namespaced)
     elapsed = time.monotonic() - start
     if not namespaced:
-        kill()  # children left in the program's group
         if call.uid is not None:
             kill_uid(call.uid)
             reap_children()
