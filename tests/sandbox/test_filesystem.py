@@ -127,10 +127,23 @@ def test_disk_quota_is_shared_by_all_writable_directories():
                 print(directory, e.strerror)
         st = os.statvfs("/tmp")
         print(st.f_blocks * st.f_frsize // (1024 * 1024))
+        # SysV shared memory, RAM held until the call's IPC namespace goes: capped by the same quota.
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        for size_mb in (6, 6, 12):
+            print(libc.shmget(0, size_mb * 1024 * 1024, 0o1600) >= 0, os.strerror(ctypes.get_errno()))
         """,
         disk_mb=8,
     )
-    assert result.stdout.splitlines() == ["/sandbox ok", "/tmp ok", "/dev/shm No space left on device", "8"]
+    assert result.stdout.splitlines() == [
+        "/sandbox ok",
+        "/tmp ok",
+        "/dev/shm No space left on device",
+        "8",
+        "True Success",
+        "False No space left on device",  # 12 MB in all: over the 8 MB total
+        "False Invalid argument",  # one segment over the 8 MB maximum
+    ]
     assert result.isolation.disk_quota_mb == 8
 
 

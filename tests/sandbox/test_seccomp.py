@@ -16,9 +16,9 @@ CLONE_NEWUSER = 0x10000000
 # Syscall numbers, with harmless arguments: each would succeed or fail for another reason without the filter.
 SYSCALLS = {
     "x86_64": {"ptrace": 101, "mount": 165, "unshare": 272, "keyctl": 250, "bpf": 321, "perf_event_open": 298,
-               "userfaultfd": 323, "io_uring_setup": 425, "clone": 56, "setns": 308},
+               "userfaultfd": 323, "io_uring_setup": 425, "clone": 56, "setns": 308, "memfd_create": 319},
     "aarch64": {"ptrace": 117, "mount": 40, "unshare": 97, "keyctl": 219, "bpf": 280, "perf_event_open": 241,
-                "userfaultfd": 282, "io_uring_setup": 425, "clone": 220, "setns": 268},
+                "userfaultfd": 282, "io_uring_setup": 425, "clone": 220, "setns": 268, "memfd_create": 279},
 }  # fmt: skip
 PROBE = """
     import ctypes, json, os
@@ -35,6 +35,7 @@ PROBE = """
         "io_uring_setup": (nr["io_uring_setup"], 1, None),
         "clone": (nr["clone"], 0x10000000 | 17, None, None, None, None),  # CLONE_NEWUSER | SIGCHLD
         "setns": (nr["setns"], 0, 0),
+        "memfd_create": (nr["memfd_create"], b"ram", 0),  # RAM beyond the address-space limit and quota
     }
     errors = {}
     for name, args in attempts.items():

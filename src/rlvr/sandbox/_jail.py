@@ -70,12 +70,13 @@ DEV_LINKS = {
 
 # Syscalls the program never needs and an attacker wants: other processes' memory, new namespaces (user
 # namespaces are the usual path to kernel bugs), mounts, kernel keyrings (they outlive the call, per uid),
-# bpf, io_uring, perf, userfaultfd, modules. Denied with EPERM; everything else is allowed.
+# bpf, io_uring, perf, userfaultfd, modules, and memfd_create (RAM outside both the address-space limit and
+# the disk quota). Denied with EPERM; everything else is allowed.
 DENIED_SYSCALLS = (
     "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise",
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "mount_setattr",
     "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "memfd_create",
     "io_uring_setup", "io_uring_enter", "io_uring_register", "open_by_handle_at", "name_to_handle_at",
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
     "reboot", "swapon", "swapoff", "acct", "quotactl", "syslog",
@@ -272,6 +273,16 @@ def enter_private_root(view: list[tuple[str, str, str]], uid: int | None, disk_m
     mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     _check(libc.sethostname(b"sandbox", 7), "sethostname")
     os.chdir(WRITABLE[0])
+
+
+def cap_sysv_shm(quota_mb: int) -> None:
+    """Bound the call's SysV shared memory (RAM that outlives its processes until the IPC namespace goes)
+    by the same quota as its tmpfs. These sysctls belong to the IPC namespace of the writer: ours only."""
+    quota = quota_mb * 1024 * 1024
+    limits = {"shmmax": quota, "shmall": quota // os.sysconf("SC_PAGE_SIZE"), "shmmni": 64}
+    for name, value in limits.items():
+        with open(f"/proc/sys/kernel/{name}", "w") as f:
+            f.write(str(value))
 
 
 # ---------------------------------------------------------------------------------------------------------

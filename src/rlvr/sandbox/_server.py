@@ -221,6 +221,7 @@ def run_init(call: Call, status_fd: int) -> _program.Program:
     # If the supervisor dies, take the whole namespace down with it.
     _jail.libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     or_report_and_exit(status_fd, _jail.enter_private_root, call.view, call.uid, call.request["disk_mb"])
+    or_report_and_exit(status_fd, _jail.cap_sysv_shm, call.request["disk_mb"])
     pid = os.fork()
     if pid == 0:
         return prepare_program(call, _jail.WRITABLE[0], True, status_fd)
