@@ -1,0 +1,40 @@
+"""`train_offline`: the one call behind `rlvr train --algo sft|oreo --dataset DIR`: read the trajectories, train,
+write the run directory.
+
+Run directory:
+    config.json      the resolved configuration, model and dataset
+    metrics.jsonl    one line per optimizer step
+    checkpoint-N/    policy, optimizer, scheduler, RNG, trainer state, rlvr_state.json (+ OREO's value model and
+                     its optimizer); written atomically, `--resume` continues from the newest
+    final/           the trained policy (servable by `rlvr serve`)
+    value/           OREO: the value model, for `rlvr evaluate --search beam --value-model DIR/value`
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers.trainer_utils import get_last_checkpoint
+
+from rlvr.io import atomic_write_json
+from rlvr.offline.trajectories import load_trajectories
+from rlvr.trainer.checkpoint import check_resume, read_run_state
+from rlvr.trainer.recipes import trainer_class
+
+
+def train_offline(model: str, config, dataset: str | Path, *, resume: bool | str = False):
+    """Train `model` on the trajectories at `dataset` with the offline recipe of `config`; returns the trainer."""
+    run_dir = Path(config.output_dir)
+    trajectories = load_trajectories(dataset, config.segmentation)
+    checkpoint = get_last_checkpoint(str(run_dir)) if resume is True and run_dir.is_dir() else (resume or None)
+    trainer = trainer_class(config)(model, trajectories, config)
+    atomic_write_json(run_dir / "config.json", {
+        "model": model, "dataset": str(dataset), "trajectories": len(trajectories),
+        "trained_sequences": trainer.dataset_size, "left_out_too_long": trainer.too_long,
+        "resumed_from": checkpoint, "training": config.to_dict(),
+    })
+    if checkpoint:
+        check_resume(read_run_state(Path(checkpoint)), trainer.run_state())
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_outputs(run_dir)
+    return trainer
