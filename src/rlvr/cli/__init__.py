@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rlvr.cli import analyze, env, evaluate, models, serve, train
+from rlvr.cli import analyze, env, evaluate, models, offline, serve, train
 
 app = typer.Typer(
     name="rlvr",
@@ -18,6 +18,7 @@ app.add_typer(env.app, name="env")
 evaluate.register(app)
 analyze.register(app)
 train.register(app)
+offline.register(app)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from rlvr.cli.common import EnvArgsOption, console, fail, load_env_or_exit, pars
 
 PLAN_FILE = "launch_plan.json"
 LAUNCHED_ENV = "RLVR_LAUNCH_PLAN"  # set for accelerate workers: the plan file they train from
-TOML_KEYS = ("env", "model", "algo", "env_args", "training")
+TOML_KEYS = ("env", "model", "algo", "env_args", "training", "dataset")
 
 
 @dataclass
@@ -42,6 +42,7 @@ class TrainPlan:
     training: dict[str, Any] = field(default_factory=dict)  # fields of the algorithm's configuration class
     server: str | None = None
     resume: bool = False
+    dataset: str | None = None  # offline algorithms (sft, oreo): the trajectory directory they train on
 
 
 def algorithms() -> dict:
@@ -117,20 +118,24 @@ def read_config(path: Path | None) -> dict:
 
 
 def resolve_plan(config: Path | None, env: str | None, model: str | None, algo: str | None, overrides: list[str],
-                 env_args: str, server: str | None, run_dir: Path | None, resume: bool) -> TrainPlan:
+                 env_args: str, server: str | None, run_dir: Path | None, resume: bool,
+                 dataset: str | None = None) -> TrainPlan:
     data = read_config(config)
     algo = algo or data.get("algo", "mt_grpo")
     check_algo(algo)
-    env, model = env or data.get("env"), model or data.get("model")
-    if not env or not model:
+    env, model, dataset = env or data.get("env"), model or data.get("model"), dataset or data.get("dataset")
+    from rlvr.cli.offline import offline_plan
+
+    if not offline_plan(algo, dataset, model) and (not env or not model):
         raise fail("give --env and --model (or env/model in --config)")
     training = dict(data.get("training", {}))
     check_keys(training, algo, str(config))
     for item in overrides:
         apply_override(training, item, algo)
     run_dir = run_dir or Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
-    return TrainPlan(env=env, model=model, algo=algo, run_dir=str(run_dir), server=server, resume=resume,
-                     env_args={**data.get("env_args", {}), **parse_env_args(env_args)}, training=training)
+    return TrainPlan(env=env or "", model=model, algo=algo, run_dir=str(run_dir), server=server, resume=resume,
+                     env_args={**data.get("env_args", {}), **parse_env_args(env_args)}, training=training,
+                     dataset=dataset)
 
 
 def run_plan(plan: TrainPlan) -> None:
@@ -145,6 +150,10 @@ def run_plan(plan: TrainPlan) -> None:
         cfg = build_config(plan.algo, {"output_dir": plan.run_dir, **plan.training})
     except (ConfigError, TypeError) as err:
         raise fail(f"training options: {err}") from err
+    if plan.dataset:
+        from rlvr.cli.offline import run_offline_plan
+
+        return run_offline_plan(plan, cfg)
     vf_env = load_env_or_exit(plan.env, plan.env_args)
     try:
         run_training(vf_env, plan.model, cfg, server_url=plan.server, run_dir=plan.run_dir,
@@ -161,6 +170,8 @@ def train(
     overrides: list[str] = typer.Option([], "--set", "-s", help="Training option KEY=VALUE, or credit.KEY=VALUE."),
     env_args: str = EnvArgsOption,
     server: str | None = typer.Option(None, "--server", help="Attach to a running `rlvr serve` (its root URL)."),
+    dataset: str | None = typer.Option(None, "--dataset", help="Trajectory directory (`rlvr collect`) for the "
+                                       "offline algorithms: sft, oreo."),
     run_dir: Path | None = typer.Option(None, "--run-dir", "-o", help="Run directory (default runs/train-TIME)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint in --run-dir."),
     num_processes: int = typer.Option(1, "--num-processes", help="Training processes under `accelerate launch`."),
@@ -177,7 +188,7 @@ def train(
     if launched:  # an accelerate worker: the parent resolved the plan
         run_plan(TrainPlan(**json.loads(Path(launched).read_text())))
         return
-    plan = resolve_plan(config, env, model, algo, overrides, env_args, server, run_dir, resume)
+    plan = resolve_plan(config, env, model, algo, overrides, env_args, server, run_dir, resume, dataset)
     if num_processes > 1:
         launch_distributed(plan, num_processes, accelerate_config)
     else:

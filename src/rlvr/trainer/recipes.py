@@ -30,6 +30,12 @@ ALGORITHMS: dict[str, Algorithm] = {
     for name, spec in ESTIMATORS.items()
 }
 
+# Offline recipes (trained from a trajectory dataset: `rlvr train --algo X --dataset DIR`; rlvr.offline)
+ALGORITHMS["sft"] = Algorithm("rlvr.offline.sft:SFTRecipeConfig",
+                              "SFT on successful trajectories (expert data: SFT; the policy's own: rejection sampling)")
+ALGORITHMS["oreo"] = Algorithm("rlvr.offline.oreo:OREOConfig",
+                               "OREO: offline policy + value model by the soft Bellman equation (arXiv 2412.16145)")
+
 
 def config_class(algo: str):
     return _load(ALGORITHMS[algo].config)
