@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rlvr.cli import analyze, env, evaluate, models, offline, serve, train
+from rlvr.cli import analyze, env, evaluate, models, offline, serve, study, train
 
 app = typer.Typer(
     name="rlvr",
@@ -19,6 +19,7 @@ evaluate.register(app)
 analyze.register(app)
 train.register(app)
 offline.register(app)
+study.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,174 @@
+"""`rlvr study`: a grid of (algorithm, seed) training runs under one budget, evaluated before and after on one
+held-out set, with a report (rlvr.study). Re-running the same command resumes: finished cells are skipped and an
+interrupted cell continues from its checkpoint. `--dry-run` shows the plan and each cell's state.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markdown import Markdown
+from rich.table import Table
+
+from rlvr.cli.common import EnvArgsOption, console, fail, parse_env_args
+
+
+def _split(text: str, what: str, cast=str) -> list:
+    try:
+        return [cast(item.strip()) for item in text.split(",") if item.strip()]
+    except ValueError as err:
+        raise fail(f"--{what} {text!r}: give a comma-separated list, e.g. --{what} "
+                   f"{'0,1,2' if cast is int else 'grpo,mt_grpo'}") from err
+
+
+def apply_overrides(data: dict[str, Any], items: list[str]) -> None:
+    """`--set KEY=VALUE` for every cell, `--set ALGO:KEY=VALUE` for one algorithm (table keys as TABLE.KEY)."""
+    from rlvr.cli.train import apply_override, check_algo, check_keys
+
+    for item in items:
+        key, _, _ = item.partition("=")
+        algo, colon, _ = key.partition(":")
+        if colon:
+            check_algo(algo)
+            options = data.setdefault("algo_options", {}).setdefault(algo, {})
+            apply_override(options, item.split(":", 1)[1], algo)
+        else:  # an option of every cell: valid for every algorithm of the grid
+            for name in data["algos"]:
+                check_keys([key.partition(".")[0]], name, "--set")
+            apply_override(data["training"], item, data["algos"][0])
+
+
+def check_training_keys(data: dict[str, Any], where: str) -> None:
+    """Unknown training options fail here with the closest valid name, for every algorithm of the grid."""
+    from rlvr.cli.train import check_algo, check_keys
+
+    for algo in data.get("algos") or []:
+        check_algo(algo)
+        check_keys(data.get("training", {}), algo, f"[training] of {where}")
+    for algo, options in data.get("algo_options", {}).items():
+        check_algo(algo)
+        check_keys(options, algo, f"[algo_options.{algo}] of {where}")
+
+
+def resolve_settings(config: Path | None, env: str | None, model: str | None, algos: str | None,
+                     seeds: str | None, steps: int | None, overrides: list[str], env_args: str,
+                     eval_examples: int | None, eval_rollouts: int | None, baseline: str | None):
+    """The study's settings: the TOML file, then the command-line options on top; checked before anything runs."""
+    from rlvr.study.settings import StudyError, StudySettings, read_settings_file
+
+    try:
+        data = read_settings_file(config) if config else {}
+    except StudyError as err:
+        raise fail(str(err)) from err
+    data = {**data, "training": dict(data.get("training", {})), "evaluation": dict(data.get("evaluation", {})),
+            "report": dict(data.get("report", {}))}
+    data["env"], data["model"] = env or data.get("env"), model or data.get("model")
+    if not data["env"] or not data["model"]:
+        raise fail("give --env and --model (or env/model in --config)")
+    if algos:
+        data["algos"] = _split(algos, "algos")
+    if seeds:
+        data["seeds"] = _split(seeds, "seeds", int)
+    if not data.get("algos") or not data.get("seeds"):
+        raise fail("give --algos and --seeds (or algos/seeds in --config), e.g. --algos grpo,mt_grpo --seeds 0,1,2")
+    check_training_keys(data, str(config) if config else "the command line")
+    apply_overrides(data, overrides)
+    if steps is not None:
+        data["training"]["max_steps"] = steps
+    data["env_args"] = {**data.get("env_args", {}), **parse_env_args(env_args)}
+    for key, value in (("examples", eval_examples), ("rollouts", eval_rollouts)):
+        if value is not None:
+            data["evaluation"][key] = value
+    if baseline is not None:
+        data["report"]["baseline"] = baseline
+    try:
+        return StudySettings.from_dict(data)
+    except (StudyError, TypeError) as err:
+        raise fail(str(err)) from err
+
+
+def cell_state(layout, algo: str, seed: int) -> str:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    unit = layout.cell(algo, seed)
+    train = layout.train(unit)
+    if layout.done(unit).is_file():
+        return "[green]done[/green]"
+    if (train / "final" / "model.safetensors").is_file():
+        return "trained; evaluation to do"
+    checkpoint = get_last_checkpoint(str(train)) if train.is_dir() else None
+    return f"resumes from {Path(checkpoint).name}" if checkpoint else "to do"
+
+
+def show_plan(settings, out: Path) -> None:
+    from rlvr.study.layout import StudyLayout
+
+    layout = StudyLayout(out)
+    console.print(f"[bold]study[/bold] {out}: {settings.env} with {settings.model}")
+    console.print("budget per cell: " + ", ".join(f"{k}={v}" for k, v in settings.budget().items()))
+    console.print(f"held-out evaluation: {settings.evaluation.examples} examples x {settings.evaluation.rollouts} "
+                  f"rollouts, sampling {settings.sampling()}; baseline {settings.report.baseline}")
+    table = Table(title="cells")
+    for column in ("seed", "base model", *settings.algos):
+        table.add_column(column)
+    for seed in settings.seeds:
+        base = "[green]done[/green]" if layout.done(layout.base(seed)).is_file() else "to do"
+        table.add_row(str(seed), base, *(cell_state(layout, a, seed) for a in settings.algos))
+    console.print(table)
+    walls = [json.loads(p.read_text())["wall_s"]["total"] for p in out.glob("cells/*/seed-*/done.json")]
+    todo = sum(not layout.done(layout.cell(a, s)).is_file() for a in settings.algos for s in settings.seeds)
+    if walls and todo:
+        mean = sum(walls) / len(walls)
+        console.print(f"{todo} cells to run; at the {mean / 60:.1f} min per cell measured here so far: "
+                      f"about {todo * mean / 60:.0f} min (plus server start-up and base evaluations)")
+
+
+def study(
+    config: Path | None = typer.Option(None, "--config", "-c", help="Study TOML file (see configs/study/)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Study directory; the same command again resumes it."),
+    env: str | None = typer.Option(None, "--env", "-e", help="Environment id (overrides the config's)."),
+    model: str | None = typer.Option(None, "--model", "-m", help="Model (overrides the config's)."),
+    algos: str | None = typer.Option(None, "--algos", help="Comma-separated algorithms (`rlvr train --list`)."),
+    seeds: str | None = typer.Option(None, "--seeds", help="Comma-separated integer seeds, e.g. 0,1,2."),
+    steps: int | None = typer.Option(None, "--steps", help="Training steps per cell (training.max_steps)."),
+    overrides: list[str] = typer.Option(
+        [], "--set", "-s", help="Training option for every cell KEY=VALUE, or for one algorithm ALGO:KEY=VALUE "
+        "(table options as TABLE.KEY=VALUE, e.g. mt_grpo:credit.coef=0.5)."),
+    env_args: str = EnvArgsOption,
+    eval_examples: int | None = typer.Option(None, "--eval-examples", help="Held-out examples per evaluation."),
+    eval_rollouts: int | None = typer.Option(None, "--eval-rollouts", help="Sampled rollouts per held-out example."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Algorithm the others are compared with."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and each cell's state; run nothing."),
+) -> None:
+    """Compare algorithms over seeds under one budget: train every (algorithm, seed) cell, evaluate before and
+    after on one held-out set, write report.md (paired differences, curves, collapse, wall time)."""
+    from rlvr.study.runner import check_study
+    from rlvr.study.settings import StudyError
+
+    settings = resolve_settings(config, env, model, algos, seeds, steps, overrides, env_args, eval_examples,
+                                eval_rollouts, baseline)
+    try:
+        check_study(settings, out)
+    except StudyError as err:
+        raise fail(str(err)) from err
+    show_plan(settings, out)
+    if dry_run:
+        return
+    from rlvr.study.runner import run_study
+    from rlvr.trainer import ResumeError, ServerError
+
+    try:
+        report = run_study(settings, out, command=shlex.join(["rlvr", *sys.argv[1:]]))
+    except (StudyError, ServerError, ResumeError) as err:
+        raise fail(str(err)) from err
+    console.print(Markdown(report.read_text()))
+    console.print(f"\n[bold green]report:[/bold green] {report}  (rlvr analyze {out} redraws it)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(study)

@@ -1,0 +1,74 @@
+"""Where a study keeps what: one directory, one manifest, one folder per cell, a completion marker per unit.
+
+    study.json                    manifest: command(s), settings, versions, wall time per cell
+    base/seed-S/eval/             the base model's held-out evaluation for seed S (vf-eval layout + summary.json)
+    base/seed-S/done.json         its completion marker (wall time)
+    cells/ALGO/seed-S/train/      the cell's training run (rlvr train's run directory: metrics.jsonl, final/, ...)
+    cells/ALGO/seed-S/eval/       the held-out evaluation of its final weights
+    cells/ALGO/seed-S/done.json   completion marker (wall times, resume point, tokens): a cell without it is rerun,
+                                  resuming its training from the newest checkpoint-N/
+    report.md, summary.json, plots/*.png
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST = "study.json"
+DONE = "done.json"
+
+
+def is_study(directory: Path) -> bool:
+    return (Path(directory) / MANIFEST).is_file()
+
+
+@dataclass(frozen=True)
+class StudyLayout:
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def plots(self) -> Path:
+        return self.root / "plots"
+
+    @property
+    def server_log(self) -> Path:
+        return self.root / "server.log"
+
+    def base(self, seed: int) -> Path:
+        return self.root / "base" / f"seed-{seed}"
+
+    def cell(self, algo: str, seed: int) -> Path:
+        return self.root / "cells" / algo / f"seed-{seed}"
+
+    @staticmethod
+    def train(unit: Path) -> Path:
+        return unit / "train"
+
+    @staticmethod
+    def eval(unit: Path) -> Path:
+        return unit / "eval"
+
+    @staticmethod
+    def done(unit: Path) -> Path:
+        return unit / DONE
+
+    def finished_cells(self) -> list[tuple[str, int]]:
+        """(algo, seed) of every cell with a completion marker, whatever grid asked for it."""
+        return sorted((p.parent.parent.name, int(p.parent.name.removeprefix("seed-")))
+                      for p in self.root.glob(f"cells/*/seed-*/{DONE}"))
+
+    def finished_bases(self) -> list[int]:
+        return sorted(int(p.parent.name.removeprefix("seed-")) for p in self.root.glob(f"base/seed-*/{DONE}"))

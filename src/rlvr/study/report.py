@@ -1,0 +1,365 @@
+"""A study directory -> report.md, summary.json and plots/*.png (all written atomically).
+
+Read-only over the cells: `rlvr analyze DIR` and the end of `rlvr study` both call `write_report`, and a study
+cut short reports the cells it finished (the rest are listed as missing).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only
+import matplotlib.pyplot as plt  # noqa: E402
+
+from rlvr.analysis import markdown_table, read_jsonl  # noqa: E402
+from rlvr.evaluation import Stat  # noqa: E402
+from rlvr.io import atomic_write_json, atomic_write_text  # noqa: E402
+from rlvr.rollouts import is_rollout_statistic  # noqa: E402
+from rlvr.study.layout import StudyLayout  # noqa: E402
+from rlvr.study.settings import ReportSettings  # noqa: E402
+from rlvr.study.stats import (  # noqa: E402
+    Collapse,
+    PairedDifference,
+    across_seeds,
+    detect_collapse,
+    is_constant,
+    mean_band,
+    paired_difference,
+    t_quantile,
+)
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    """What the report needs of one finished cell."""
+
+    algo: str
+    seed: int
+    after: dict[str, Stat]  # held-out evaluation of the final weights
+    curves: dict[str, dict[int, float]]  # rollout statistic -> step -> mean over the step's training batch
+    reward_std: dict[int, float]  # step -> std of the outcome reward within the step's batch
+    tokens_generated: float  # completion tokens generated in training
+    wall_s: dict[str, float]
+    resumed_from: str | None
+
+
+def read_summary(eval_dir: Path) -> dict[str, Stat]:
+    return {k: Stat(**v) for k, v in json.loads((eval_dir / "summary.json").read_text()).items()}
+
+
+def read_cell(layout: StudyLayout, algo: str, seed: int) -> CellRecord:
+    unit = layout.cell(algo, seed)
+    done = json.loads(layout.done(unit).read_text())
+    steps = [r for r in read_jsonl(layout.train(unit) / "metrics.jsonl") if "loss" in r]
+    curves: dict[str, dict[int, float]] = {}
+    for record in steps:
+        for key, value in record.items():
+            if is_rollout_statistic(key) and isinstance(value, int | float) and not isinstance(value, bool):
+                curves.setdefault(key, {})[int(record["step"])] = float(value)
+    return CellRecord(
+        algo=algo, seed=seed, after=read_summary(layout.eval(unit)), curves=curves,
+        reward_std={int(r["step"]): float(r["reward/std"]) for r in steps if "reward/std" in r},
+        tokens_generated=sum(float(r.get("tokens/generated", 0.0)) for r in steps),
+        wall_s=done["wall_s"], resumed_from=done.get("resumed_from"),
+    )
+
+
+@dataclass
+class StudyData:
+    settings: dict[str, Any]  # as stored in study.json (the grid of every invocation)
+    report: ReportSettings
+    commands: list[str]
+    bases: dict[int, dict[str, Stat]]  # seed -> base model's evaluation
+    base_wall_s: dict[int, float]
+    cells: list[CellRecord]
+
+    @property
+    def algos(self) -> list[str]:
+        """The grid's algorithms with at least one finished cell, in the grid's order (baseline first)."""
+        present = {c.algo for c in self.cells}
+        ordered = [self.report.baseline] + [a for a in self.settings["algos"] if a != self.report.baseline]
+        return [a for a in ordered if a in present] + sorted(present - set(ordered))
+
+    @property
+    def metrics(self) -> list[str]:
+        """Every statistic the evaluations have, in the evaluations' order (reward, reward functions, turns...)."""
+        names: list[str] = []
+        for summary in [*self.bases.values(), *(c.after for c in self.cells)]:
+            names += [k for k in summary if k not in names]
+        return names
+
+    def values(self, algo: str, metric: str) -> dict[int, float]:
+        """seed -> the cell's evaluation mean of `metric`."""
+        return {c.seed: c.after[metric].mean for c in self.cells if c.algo == algo and metric in c.after}
+
+    def base_values(self, metric: str) -> dict[int, float]:
+        return {s: summary[metric].mean for s, summary in self.bases.items() if metric in summary}
+
+    def collapse(self, cell: CellRecord) -> Collapse:
+        steps = sorted(cell.reward_std)
+        return detect_collapse(steps, [cell.reward_std[s] for s in steps], self.report.collapse_window,
+                               self.report.collapse_tol)
+
+    def paired(self, algo: str, metric: str) -> PairedDifference:
+        return paired_difference(self.values(algo, metric), self.values(self.report.baseline, metric),
+                                 self.report.confidence)
+
+
+def load_study(root: Path) -> StudyData:
+    layout = StudyLayout(Path(root))
+    manifest = json.loads(layout.manifest.read_text())
+    settings = manifest["settings"]
+    bases, base_wall = {}, {}
+    for seed in layout.finished_bases():
+        unit = layout.base(seed)
+        bases[seed] = read_summary(layout.eval(unit))
+        base_wall[seed] = json.loads(layout.done(unit).read_text())["wall_s"]["evaluation"]
+    return StudyData(
+        settings=settings, report=ReportSettings(**settings["report"]),
+        commands=[i["command"] for i in manifest["invocations"] if i.get("command")],
+        bases=bases, base_wall_s=base_wall,
+        cells=[read_cell(layout, a, s) for a, s in layout.finished_cells()],
+    )
+
+
+# ---------------------------------------------------------------- text
+
+def fmt_stat(stat: Stat) -> str:
+    if stat.n == 0 or math.isnan(stat.mean):
+        return "n/a"
+    return f"{stat.mean:.3f} ± {stat.stderr:.3f}" if stat.n > 1 else f"{stat.mean:.3f}"
+
+
+def fmt_diff(diff: PairedDifference) -> str:
+    if diff.n == 0:
+        return "n/a"
+    if diff.n == 1:
+        return f"{diff.mean:+.3f} (1 seed: no interval)"
+    return f"{diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}] {diff.wins}/{diff.n}"
+
+
+def fmt_collapse(collapse: Collapse, steps: int) -> str:
+    if collapse.collapsed is None:
+        return f"n/a ({steps} < {collapse.window} steps)"
+    if collapse.collapsed:
+        return f"**yes**, from step {collapse.since_step}"
+    return f"no ({collapse.constant_steps} constant)" if collapse.constant_steps else "no"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f}"
+
+
+def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
+    s, rep = data.settings, data.report
+    algos, metrics = data.algos, data.metrics
+    grid = [(a, seed) for seed in s["seeds"] for a in s["algos"]]
+    finished = {(c.algo, c.seed) for c in data.cells}
+    missing = [f"{a}/seed-{seed}" for a, seed in grid if (a, seed) not in finished]
+    budget = s["training"]
+    ev = s["evaluation"]
+    level = f"{rep.confidence:.0%}"
+
+    lines = [f"# Credit-assignment study: {', '.join(s['algos'])} on {s['env']} with {s['model']}", ""]
+    lines.append(f"{len(data.cells)} of {len(grid)} cells finished ({len(algos)} algorithms x seeds "
+                 f"{', '.join(map(str, s['seeds']))})." + (f" Missing: {', '.join(missing)}." if missing else ""))
+    lines += ["", "Every cell: " + ", ".join(f"{k} = {v}" for k, v in budget.items()) + "; environment "
+              f"`{json.dumps(s['env_args'])}`. Held-out evaluation before training (once per seed, the base model) "
+              f"and after (every cell): the same {ev['examples']} examples x {ev['rollouts']} sampled rollouts."]
+    if data.commands:
+        lines += ["", "Command(s):", "", "```bash", *data.commands, "```"]
+
+    header = ["metric", "base model", *algos]
+    rows = [[m, fmt_stat(across_seeds(data.base_values(m))),
+             *(fmt_stat(across_seeds(data.values(a, m))) for a in algos)] for m in metrics]
+    lines += ["", "## Held-out evaluation after training", "",
+              "Mean ± standard error across seeds (each seed's value is its cell's mean over the held-out "
+              "rollouts); the base model column is the untrained model, evaluated once per seed.", "",
+              markdown_table(header, rows)]
+
+    others = [a for a in algos if a != rep.baseline]
+    if others:
+        pairs = max(data.paired(a, m).n for a in others for m in metrics)
+        width = (f"With {pairs} seeds that is {pairs - 1} degrees of freedom (t = "
+                 f"{t_quantile((1 + rep.confidence) / 2, pairs - 1):.2f} for {level}): " if pairs > 1 else
+                 "With one seed there is no interval: ")
+        rows = [[m, *(fmt_diff(data.paired(a, m)) for a in others)] for m in metrics]
+        lines += ["", f"## Paired differences against {rep.baseline}", "",
+                  f"Per seed, the algorithm's value minus {rep.baseline}'s on the same seed (same data order and "
+                  f"starting weights); mean [{level} interval] and the number of seeds where the algorithm was "
+                  f"higher. Interval: Student's t with n-1 degrees of freedom on the per-seed differences. {width}"
+                  "intervals are wide, and one that excludes 0 is a strong result; a bootstrap over a handful of "
+                  "seeds has few distinct resamples and an interval narrower than the data justify, so none is "
+                  "used.", "", markdown_table(["metric", *(f"{a} - {rep.baseline}" for a in others)], rows)]
+        first = next((m for m in rep.headline if m in metrics), "reward")
+        lines += ["", f"In plain words, on {first}:", ""]
+        for algo in others:
+            diff = data.paired(algo, first)
+            verdict = ("no pair of seeds yet" if diff.n == 0 else "one seed: no interval" if diff.n == 1 else
+                       f"separated at {level}" if diff.excludes_zero else f"not separated at {level}")
+            lines.append(f"- {algo} - {rep.baseline}: {fmt_diff(diff)} ({verdict}; higher in {diff.wins}, lower in "
+                         f"{diff.losses} of {diff.n} seeds)")
+
+    headline = [m for m in rep.headline if m in metrics]
+    rows = []
+    for cell in sorted(data.cells, key=lambda c: (algos.index(c.algo), c.seed)):
+        steps = len(cell.reward_std)
+        rows.append([
+            cell.algo, cell.seed, *(fmt_stat(cell.after[m]) if m in cell.after else "n/a" for m in headline),
+            fmt_collapse(data.collapse(cell), steps),
+            "yes" if "reward" in cell.after and is_constant(cell.after["reward"]) else "no",
+            steps, f"{cell.tokens_generated:.0f}", _minutes(cell.wall_s.get("training", math.nan)),
+            _minutes(cell.wall_s.get("evaluation", math.nan)), _minutes(cell.wall_s.get("total", math.nan)),
+            "-" if not cell.resumed_from else Path(cell.resumed_from).name,
+        ])
+    lines += ["", "## Cells", "",
+              "Headline metrics after training (mean ± s.e. over the cell's held-out rollouts), collapse, budget "
+              "used and wall time (minutes). A resumed cell's times cover the last attempt only.", "",
+              markdown_table(["algo", "seed", *headline, "training collapsed", "eval reward constant", "steps",
+                              "tokens generated", "training min", "eval min", "total min", "resumed from"], rows)]
+    total = sum(c.wall_s.get("total", 0.0) for c in data.cells) + sum(data.base_wall_s.values())
+    lines += ["", f"Base evaluations: {', '.join(f'seed {k}: {_minutes(v)} min' for k, v in data.base_wall_s.items())}"
+              f". Sum over finished units: {_minutes(total)} min (server start-up not included)."]
+    lines += ["", "**Collapse.** A cell's training collapsed when, in each of its last "
+              f"{rep.collapse_window} steps, every rollout of the step's batch got the same outcome reward "
+              f"(within-batch std of the reward <= {rep.collapse_tol:g}, the trainer's `reward/std`): outcome-only "
+              "credit then has zero advantage everywhere and cannot leave that state. 'eval reward "
+              "constant': every held-out rollout after training got the same reward."]
+    lines += ["", "## Plots", "", *(f"![{p.stem}]({p.relative_to(root)})" for p in plots), ""]
+    return "\n".join(lines)
+
+
+def summary_record(data: StudyData) -> dict[str, Any]:
+    """The numbers of the report, machine-readable (to compare a re-run with)."""
+    def stats(summary: dict[str, Stat]) -> dict[str, dict]:
+        return {k: asdict(v) for k, v in summary.items()}
+
+    return {
+        "settings": data.settings,
+        "base": {f"seed-{s}": stats(v) for s, v in data.bases.items()},
+        "cells": [{"algo": c.algo, "seed": c.seed, "after": stats(c.after), "collapse": asdict(data.collapse(c)),
+                   "steps": len(c.reward_std), "tokens_generated": c.tokens_generated, "wall_s": c.wall_s,
+                   "resumed_from": c.resumed_from} for c in data.cells],
+        "algorithms": {a: {m: asdict(across_seeds(data.values(a, m))) for m in data.metrics} for a in data.algos},
+        "paired": {a: {m: asdict(data.paired(a, m)) for m in data.metrics}
+                   for a in data.algos if a != data.report.baseline},
+        "baseline": data.report.baseline,
+    }
+
+
+# ---------------------------------------------------------------- plots
+
+def save_figure(fig, path: Path) -> Path:
+    """Write a PNG atomically (a temporary sibling renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _grid(n: int, title: str):
+    cols = min(4, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    return fig, list(axes.flat[:n])
+
+
+def plot_evaluation(data: StudyData, path: Path) -> Path:
+    """Per metric: base model and each algorithm, mean ± s.e. across seeds, with each seed's value as a dot."""
+    labels = ["base", *data.algos]
+    fig, axes = _grid(len(data.metrics), "held-out evaluation: mean ± s.e. across seeds (dots: seeds)")
+    for ax, metric in zip(axes, data.metrics, strict=True):
+        per_label = [data.base_values(metric), *(data.values(a, metric) for a in data.algos)]
+        for x, values in enumerate(per_label):
+            stat = across_seeds(values)
+            ax.bar(x, stat.mean, yerr=stat.stderr if stat.n > 1 else None, capsize=3, alpha=0.6,
+                   color="grey" if x == 0 else f"C{x - 1}")
+            ax.scatter([x] * len(values), list(values.values()), color="k", s=10, zorder=3)
+        ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize="small")
+        ax.set_title(metric, fontsize="medium")
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_paired(data: StudyData, path: Path) -> Path | None:
+    """Per metric: each algorithm minus the baseline, mean with its t interval, and each seed's difference."""
+    others = [a for a in data.algos if a != data.report.baseline]
+    if not others:
+        return None
+    fig, axes = _grid(len(data.metrics), f"paired differences vs {data.report.baseline} "
+                                         f"({data.report.confidence:.0%} t interval; dots: seeds)")
+    base = {m: data.values(data.report.baseline, m) for m in data.metrics}
+    for ax, metric in zip(axes, data.metrics, strict=True):
+        for y, algo in enumerate(others):
+            diff = data.paired(algo, metric)
+            if diff.n > 1:
+                ax.errorbar(diff.mean, y, xerr=[[diff.mean - diff.low], [diff.high - diff.mean]], fmt="o",
+                            color=f"C{y}", capsize=4)
+            values = data.values(algo, metric)
+            dots = [values[s] - base[metric][s] for s in values if s in base[metric]]
+            ax.scatter(dots, [y] * len(dots), color="k", s=10, zorder=3)
+        ax.axvline(0, color="grey", lw=1)
+        ax.set_yticks(range(len(others)), others, fontsize="small")
+        ax.set_title(metric, fontsize="medium")
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_training(data: StudyData, path: Path) -> Path | None:
+    """Per rollout statistic of the training batches: each algorithm's mean across seeds, band = ± s.e."""
+    keys: list[str] = []
+    for cell in data.cells:
+        keys += [k for k in cell.curves if k not in keys]
+    if not keys:
+        return None
+    fig, axes = _grid(len(keys), "training batches: mean across seeds (band: ± s.e.)")
+    for ax, key in zip(axes, keys, strict=True):
+        for i, algo in enumerate(data.algos):
+            band = mean_band([c.curves[key] for c in data.cells if c.algo == algo and key in c.curves])
+            if not band:
+                continue
+            steps = [p.step for p in band]
+            mean = [p.mean for p in band]
+            err = [p.stderr if p.n > 1 else 0.0 for p in band]
+            ax.plot(steps, mean, marker=".", color=f"C{i}", label=algo)
+            ax.fill_between(steps, [m - e for m, e in zip(mean, err, strict=True)],
+                            [m + e for m, e in zip(mean, err, strict=True)], color=f"C{i}", alpha=0.2)
+        ax.set_title(key, fontsize="medium")
+        ax.set_xlabel("step", fontsize="small")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def write_report(root: Path) -> Path:
+    """report.md, summary.json and plots/ from what the study directory holds; returns report.md."""
+    layout = StudyLayout(Path(root))
+    data = load_study(layout.root)
+    if not data.cells and not data.bases:
+        raise FileNotFoundError(f"study {layout.root} has no finished evaluation yet: run `rlvr study` on it")
+    plots = [plot_evaluation(data, layout.plots / "evaluation.png"),
+             plot_paired(data, layout.plots / "paired_differences.png"),
+             plot_training(data, layout.plots / "training_curves.png")]
+    plots = [p for p in plots if p is not None]
+    atomic_write_json(layout.summary, summary_record(data))
+    return atomic_write_text(layout.report, render_markdown(data, plots, layout.root))

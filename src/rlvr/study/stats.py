@@ -1,0 +1,129 @@
+"""The study's statistics, as pure functions: paired differences with a t interval, collapse of a training run,
+and the mean curve of several seeds with its band.
+
+The unit of replication is the seed: one cell (algorithm, seed) is one training run, and its evaluation mean is one
+observation. Cells of the same seed share their data order and initial weights (the seeded dataset shuffle and
+model), so two algorithms are compared seed by seed (paired), which removes the seed-to-seed spread that both share.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rlvr.evaluation import Stat, mean_stderr
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """treatment - baseline, seed by seed, with a two-sided t interval on its mean."""
+
+    mean: float
+    stderr: float  # sample std of the per-seed differences / sqrt(n)
+    low: float
+    high: float
+    n: int  # seeds with both cells
+    level: float  # e.g. 0.95
+    wins: int  # seeds where the treatment is higher
+    losses: int  # seeds where it is lower (the rest are ties)
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+
+def t_quantile(probability: float, dof: int) -> float:
+    """Student's t quantile (scipy, which ships with vLLM and scikit-learn; imported on use)."""
+    from scipy.stats import t
+
+    return float(t.ppf(probability, dof))
+
+
+def paired_difference(treatment: Mapping[int, float], baseline: Mapping[int, float],
+                      level: float = 0.95) -> PairedDifference:
+    """Mean of d_s = treatment_s - baseline_s over the seeds s both have, with Student's paired t interval
+
+        d̄ ± t_{(1+level)/2, n-1} · s_d / √n,    s_d² = Σ (d_s - d̄)² / (n - 1)
+
+    (Student 1908; the interval of the paired t-test). It assumes the d_s are independent and roughly normal; with
+    n = 3 seeds it has 2 degrees of freedom and t_{0.975, 2} = 4.30, so the interval is wide, honestly: a bootstrap
+    over 3 seeds has only 10 distinct resamples and its percentile interval is too narrow to trust. With one seed
+    there is no interval (nan)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level={level} must be in (0, 1), e.g. 0.95")
+    seeds = sorted(set(treatment) & set(baseline))
+    diffs = [float(treatment[s]) - float(baseline[s]) for s in seeds]
+    n = len(diffs)
+    wins, losses = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    if n == 0:
+        return PairedDifference(math.nan, math.nan, math.nan, math.nan, 0, level, 0, 0)
+    mean = math.fsum(diffs) / n
+    if n == 1:
+        return PairedDifference(mean, math.nan, math.nan, math.nan, 1, level, wins, losses)
+    stderr = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (n - 1)) / math.sqrt(n)
+    half = t_quantile((1 + level) / 2, n - 1) * stderr
+    return PairedDifference(mean, stderr, mean - half, mean + half, n, level, wins, losses)
+
+
+@dataclass(frozen=True)
+class Collapse:
+    """Whether a training run's rewards became constant (see `detect_collapse`)."""
+
+    collapsed: bool | None  # None: fewer logged steps than the window, nothing to judge
+    constant_steps: int  # trailing steps whose batch had one reward value
+    since_step: int | None  # first of those steps (None when there are none)
+    window: int
+
+
+def detect_collapse(steps: Sequence[int], reward_std: Sequence[float], window: int,
+                    tol: float = 1e-6) -> Collapse:
+    """A run has collapsed when, in each of its last `window` logged steps, every rollout of the step's batch got
+    the same outcome reward: the within-batch std of the reward (the trainer's `reward/std`) is <= `tol`.
+
+    Why this definition: a batch with one reward value has zero advantage in every group for outcome-only credit
+    (GRPO), so the policy gets no gradient and keeps producing that batch. Turn-level credit can still move when
+    the turn rewards differ, which is why the run is judged on the outcome reward and over several steps. With
+    fewer than `window` steps logged the answer is None (undetermined), never a guess."""
+    if window < 1:
+        raise ValueError(f"collapse window={window} must be >= 1 steps")
+    if len(steps) != len(reward_std):
+        raise ValueError(f"{len(steps)} steps but {len(reward_std)} reward std values")
+    order = sorted(range(len(steps)), key=lambda i: steps[i])
+    constant = 0
+    for i in reversed(order):
+        if reward_std[i] > tol or math.isnan(reward_std[i]):
+            break
+        constant += 1
+    since = steps[order[len(order) - constant]] if constant else None
+    collapsed = None if len(steps) < window else constant >= window
+    return Collapse(collapsed, constant, since, window)
+
+
+def is_constant(stat: Stat) -> bool:
+    """An evaluation in which every rollout got the same value (zero spread over more than one rollout)."""
+    return stat.n > 1 and stat.stderr == 0
+
+
+@dataclass(frozen=True)
+class BandPoint:
+    step: int
+    mean: float
+    stderr: float  # across the seeds that logged this step
+    n: int
+
+
+def mean_band(curves: Sequence[Mapping[int, float]]) -> list[BandPoint]:
+    """Per step, the mean across seeds' curves (step -> value) and its standard error, over the curves that have
+    the step (a cell still training contributes its steps so far)."""
+    steps = sorted({s for curve in curves for s in curve})
+    points = []
+    for step in steps:
+        stat = mean_stderr([curve[step] for curve in curves if step in curve])
+        points.append(BandPoint(step, stat.mean, stat.stderr, stat.n))
+    return points
+
+
+def across_seeds(values: Mapping[int, float]) -> Stat:
+    """Mean and standard error (sample std / √n) of one number per seed."""
+    return mean_stderr([values[s] for s in sorted(values)])

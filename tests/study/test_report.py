@@ -1,0 +1,113 @@
+"""The study report on a study directory written by hand (known numbers, no training): the tables hold the
+hand-computed means, paired intervals and collapse verdicts, the plots are PNGs, `rlvr analyze` renders it, and a
+study cut short reports what it finished."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlvr.cli import app
+from rlvr.study.layout import StudyLayout
+from rlvr.study.report import write_report
+from rlvr.study.settings import EvaluationSettings, ReportSettings, StudySettings
+
+# exact match after training, per seed: the issue's first look (GRPO-OR collapsed in seed 0)
+EXACT_MATCH = {"grpo": [0.0, 0.5, 0.521], "mt_grpo": [0.333, 0.562, 0.417]}
+# within-batch reward std per step: grpo seed 0 constant from step 2 on
+REWARD_STD = {("grpo", 0): [0.3, 0.0, 0.0, 0.0], ("grpo", 1): [0.3, 0.2, 0.1, 0.2], ("grpo", 2): [0.3, 0.2, 0.0, 0.1],
+              ("mt_grpo", 0): [0.3, 0.2, 0.2, 0.1], ("mt_grpo", 1): [0.2, 0.2, 0.1, 0.3],
+              ("mt_grpo", 2): [0.1, 0.0, 0.1, 0.2]}
+
+
+def summary(exact_match: float, n: int = 48) -> dict:
+    se = 0.0 if exact_match in (0.0, 1.0) else math.sqrt(exact_match * (1 - exact_match) / (n - 1))
+    return {"reward": {"mean": 0.4 + exact_match, "stderr": se, "n": n},
+            "exact_match": {"mean": exact_match, "stderr": se, "n": n}}
+
+
+def write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def make_study(root: Path, seeds=(0, 1, 2)) -> Path:
+    settings = StudySettings(env="vf-triviaqa-search", model="smollm2-135m", algos=["grpo", "mt_grpo"],
+                             seeds=list(seeds), training={"max_steps": 4, "batch_size": 16},
+                             evaluation=EvaluationSettings(examples=24, rollouts=2),
+                             report=ReportSettings(headline=["exact_match"], collapse_window=3))
+    layout = StudyLayout(root)
+    write_json(layout.manifest, {"settings": settings.to_dict(), "cells": {}, "bases": {}, "invocations": [
+        {"command": "rlvr study --config x.toml --out study", "started": "", "finished": ""}]})
+    for seed in seeds:
+        write_json(layout.eval(layout.base(seed)) / "summary.json", summary(0.05))
+        write_json(layout.done(layout.base(seed)), {"seed": seed, "wall_s": {"evaluation": 60.0}})
+        for algo, values in EXACT_MATCH.items():
+            unit = layout.cell(algo, seed)
+            write_json(layout.eval(unit) / "summary.json", summary(values[seed]))
+            write_json(layout.done(unit), {"algo": algo, "seed": seed, "resumed_from": None,
+                                           "wall_s": {"training": 300.0, "evaluation": 120.0, "total": 450.0}})
+            records = [{"step": k + 1, "loss": 0.1, "reward": 0.5, "reward/std": std, "tokens/generated": 100.0,
+                        "exact_match": values[seed] * (k + 1) / 4, "timing/generation_s": 3.0}
+                       for k, std in enumerate(REWARD_STD[(algo, seed)])]
+            records.append({"step": 4, "train_loss": 0.1, "train_runtime": 9.0})  # the trainer's summary line
+            path = layout.train(unit) / "metrics.jsonl"
+            path.parent.mkdir(parents=True)
+            path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return root
+
+
+def table_row(report: str, first_cell: str) -> list[str]:
+    line = next(line for line in report.splitlines() if line.startswith(f"| {first_cell} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_report_numbers(tmp_path):
+    report = write_report(make_study(tmp_path)).read_text()
+    # mean ± s.e. across seeds: grpo (0 + 0.5 + 0.521) / 3 = 0.340, s.e. 0.2950 / sqrt(3) = 0.170
+    assert table_row(report, "exact_match")[1:] == ["0.050 ± 0.000", "0.340 ± 0.170", "0.437 ± 0.067"]
+    # mt_grpo - grpo per seed: 0.333, 0.062, -0.104: mean 0.097, s_d 0.220592, half width 4.302653 * s_d / sqrt(3) = 0.548
+    diff = [c for c in report.split("## Paired differences against grpo")[1].splitlines()
+            if c.startswith("| exact_match |")][0]
+    assert "+0.097 [-0.451, +0.645] 2/3" in diff
+    # the collapsed cell: std 0 in the last 3 steps, from step 2; and the one with 1 constant step
+    assert table_row(report, "grpo")[:4] == ["grpo", "0", "0.000 ± 0.000", "**yes**, from step 2"]
+    grpo_seed2 = [r for r in report.splitlines() if r.startswith("| grpo | 2 |")][0]
+    assert "| no |" in grpo_seed2 and "| 4 | 400 | 5.0 | 2.0 | 7.5 | - |" in grpo_seed2
+    assert "eval reward constant" in report and "| grpo | 0 | 0.000 ± 0.000 | **yes**, from step 2 | yes |" in report
+    assert "Sum over finished units: 48.0 min" in report  # 6 cells x 7.5 + 3 base evaluations x 1
+    assert "```bash\nrlvr study --config x.toml --out study\n```" in report
+
+    data = json.loads((tmp_path / "summary.json").read_text())
+    paired = data["paired"]["mt_grpo"]["exact_match"]
+    assert paired["mean"] == pytest.approx(0.097, abs=1e-9)
+    assert paired["high"] - paired["mean"] == pytest.approx(4.302653 * 0.220592 / math.sqrt(3), abs=1e-5)
+    collapsed = {(c["algo"], c["seed"]): c["collapse"]["collapsed"] for c in data["cells"]}
+    assert collapsed == {(a, s): (a, s) == ("grpo", 0) for a in EXACT_MATCH for s in (0, 1, 2)}
+    for png in ("evaluation", "paired_differences", "training_curves"):
+        assert (tmp_path / "plots" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.rglob(".*tmp*"))  # atomic writes leave no temporaries
+
+
+def test_a_study_cut_short_reports_what_it_finished(tmp_path):
+    make_study(tmp_path, seeds=(0,))
+    layout = StudyLayout(tmp_path)
+    manifest = json.loads(layout.manifest.read_text())
+    manifest["settings"]["seeds"] = [0, 1]
+    layout.manifest.write_text(json.dumps(manifest))
+    layout.done(layout.cell("mt_grpo", 0)).unlink()  # interrupted: its files stay, without the marker
+    report = write_report(tmp_path).read_text()
+    assert "1 of 4 cells finished" in report and "Missing: mt_grpo/seed-0, grpo/seed-1, mt_grpo/seed-1." in report
+    assert "| mt_grpo |" not in report and "## Paired differences" not in report
+
+
+def test_analyze_renders_a_study_directory(tmp_path):
+    make_study(tmp_path)
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "report.md").is_file() and not (tmp_path / "analysis.md").exists()
+    assert "Credit-assignment study" in result.output

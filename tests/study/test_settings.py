@@ -1,0 +1,134 @@
+"""Study settings: the committed configs build a configuration for every cell; bad settings fail before anything
+runs with what to change; a study directory refuses a second budget but takes more algorithms or seeds; the
+command line's overrides land where they should (`rlvr study --dry-run` starts nothing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlvr.cli import app
+from rlvr.study.runner import check_study, cell_config
+from rlvr.study.settings import StudyError, StudySettings, merge_grids, read_settings_file
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((REPO / "configs" / "study").glob("*.toml"))
+
+
+def settings(**changes) -> StudySettings:
+    base = dict(env="vf-triviaqa-search", model="tiny-random", algos=["grpo", "mt_grpo"], seeds=[0, 1],
+                training={"max_steps": 2, "batch_size": 4, "rollouts_per_example": 2, "micro_batch_size": 2})
+    return StudySettings(**{**base, **changes})
+
+
+def study(*args) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["study", *map(str, args)])
+    return result.exit_code, " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_committed_study_configs_build_every_cell(path, tmp_path):
+    s = StudySettings.from_dict(read_settings_file(path))
+    assert len(s.seeds) >= 3 and s.report.baseline in s.algos
+    check_study(s, tmp_path / "study")  # every algorithm's configuration is built and checked
+    for algo in s.algos:
+        config = cell_config(s, algo, 2, tmp_path / algo)
+        assert config.seed == 2 and config.max_steps == s.training["max_steps"] and not config.use_lora
+        assert config.output_dir == str(tmp_path / algo) and config.save_total_limit == 1
+    assert s.sampling()["max_tokens"] == s.training["max_tokens_per_turn"]
+
+
+def test_triviaqa_study_has_the_issues_grid_and_precision():
+    s = StudySettings.from_dict(read_settings_file(REPO / "configs/study/triviaqa_credit_cpu.toml"))
+    assert {"grpo", "grpo_mr", "mt_grpo", "ms_po", "turn_return"} <= set(s.algos) and s.report.baseline == "grpo"
+    assert s.env_args["protocol"] == "search" and s.model == "smollm2-135m"
+    # worst-case s.e. of a 0/1 metric over the cell's held-out rollouts: 0.5 / sqrt(n - 1) <= 0.04
+    rollouts = s.evaluation.examples * s.evaluation.rollouts
+    assert 0.5 / (rollouts - 1) ** 0.5 <= 0.04 and s.env_args["num_eval_examples"] >= s.evaluation.examples
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"algos": ["grpo", "mt_grop"]}, "unknown algorithm 'mt_grop'. Did you mean 'mt_grpo'?"),
+    ({"algos": []}, "algos is empty"),
+    ({"seeds": [0, 0]}, "distinct integers"),
+    ({"training": {"batch_size": 4}}, "max_steps must be set"),
+    ({"training": {"max_steps": 2, "seed": 3}}, "the study sets them per cell"),
+    ({"training": {"max_steps": 2, "use_lora": True}}, "set use_lora = false"),
+    ({"algo_options": {"mt_grpo": {"use_lora": True}}}, "mt_grpo: use_lora=true"),
+])
+def test_bad_settings_say_what_to_change(changes, message):
+    with pytest.raises(StudyError, match=message.replace("(", r"\(").replace("?", r"\?").replace(".", r"\.")):
+        settings(**changes)
+
+
+def test_bad_report_and_evaluation_settings():
+    from rlvr.study.settings import EvaluationSettings, ReportSettings
+
+    with pytest.raises(StudyError, match="baseline 'ppo'"):
+        settings(report=ReportSettings(baseline="ppo"))
+    with pytest.raises(StudyError, match="collapse_window=0"):
+        settings(report=ReportSettings(collapse_window=0))
+    with pytest.raises(StudyError, match="examples=0"):
+        settings(evaluation=EvaluationSettings(examples=0))
+
+
+def test_toml_keys_are_checked(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('env = "x"\nmodel = "y"\nalgo = ["grpo"]\n')
+    with pytest.raises(StudyError, match="unknown key 'algo'.*Did you mean 'algos'"):
+        read_settings_file(path)
+    path.write_text('[evaluation]\nexample = 3\n')
+    with pytest.raises(StudyError, match=r"unknown key 'example' in \[evaluation\].*'examples'"):
+        read_settings_file(path)
+    path.write_text("env = \n")
+    with pytest.raises(StudyError, match="not valid TOML"):
+        read_settings_file(path)
+    with pytest.raises(StudyError, match="does not exist"):
+        read_settings_file(tmp_path / "missing.toml")
+
+
+def test_a_study_directory_keeps_its_budget_and_grows_its_grid():
+    stored = settings()
+    grown = merge_grids(stored, settings(algos=["mt_grpo", "ms_po"], seeds=[2]))
+    assert grown.algos == ["grpo", "mt_grpo", "ms_po"] and grown.seeds == [0, 1, 2]
+    changed = settings(training={**stored.training, "max_steps": 3}, env_args={"max_turns": 3})
+    with pytest.raises(StudyError, match=r"(?s)env_args: \{\} -> \{'max_turns': 3\}.*training: .*new --out"):
+        merge_grids(stored, changed)
+    with pytest.raises(StudyError, match="algo_options.mt_grpo"):
+        merge_grids(stored, settings(algo_options={"mt_grpo": {"credit": {"coef": 0.5}}}))
+
+
+def test_cli_overrides_and_errors(tmp_path):
+    config = tmp_path / "s.toml"
+    config.write_text('env = "vf-triviaqa-search"\nmodel = "tiny-random"\nalgos = ["grpo", "mt_grpo"]\n'
+                      'seeds = [0]\n[training]\nmax_steps = 2\nbatch_size = 4\nrollouts_per_example = 2\n'
+                      'micro_batch_size = 2\n')
+    out = tmp_path / "study"
+    code, text = study("--config", config, "--out", out, "--dry-run", "--seeds", "3,4", "--steps", "5",
+                       "--set", "learning_rate=2e-5", "--set", "mt_grpo:credit.coef=0.5", "--eval-examples", "7")
+    assert code == 0, text
+    assert "max_steps=5" in text and "learning_rate=2e-05" in text and "7 examples x 2 rollouts" in text
+    assert "│ 3 │ to do │ to do │ to do │" in text and not out.exists()  # a dry run writes nothing
+
+    for args, message in [
+        (["--set", "learnin_rate=1"], "unknown training option 'learnin_rate' in --set (algo 'grpo'). Did you mean "
+                                      "'learning_rate'?"),
+        (["--set", "credit.coef=1"], "training options of grpo: credit parameter(s) ['coef'] do not apply"),
+        (["--algos", "grpo,mt_grop"], "Did you mean 'mt_grpo'?"),
+        (["--seeds", "0,one"], "--seeds '0,one': give a comma-separated list"),
+        (["--baseline", "ms_po"], "baseline 'ms_po' is not one of the study's algos"),
+        (["--env-args", "[1]"], "--env-args must be a JSON object"),
+    ]:
+        code, text = study("--config", config, "--out", out, "--dry-run", *args)
+        assert code == 2 and message in text, (args, text)
+
+    # a study directory started with another budget
+    out.mkdir()
+    stored = StudySettings.from_dict({**read_settings_file(config), "training": {
+        "max_steps": 9, "batch_size": 4, "rollouts_per_example": 2, "micro_batch_size": 2}})
+    (out / "study.json").write_text(json.dumps({"settings": stored.to_dict()}))
+    code, text = study("--config", config, "--out", out, "--dry-run")
+    assert code == 2 and "started with other settings" in text and "'max_steps': 9" in text, text

@@ -1,0 +1,134 @@
+"""`rlvr study` end to end on tiny-random: 2 algorithms x 2 seeds x 2 steps on vf-triviaqa-search (search
+protocol), one server per invocation, then an interrupted cell (its completion marker, evaluation, final weights
+and last checkpoint removed, as a kill after step 1's checkpoint leaves it) resumed by the same command, and
+`rlvr analyze` on the study directory. Real server, trainer, environment and evaluation throughout."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from rlvr.cli import app
+
+pytestmark = pytest.mark.slow
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+STUDY_TOML = """
+env = "vf-triviaqa-search"
+model = "tiny-random"
+algos = ["grpo", "mt_grpo"]
+seeds = [0, 1]
+keep_checkpoints = true
+
+[env_args]
+protocol = "search"
+num_train_examples = 8
+num_eval_examples = 3
+max_turns = 2
+
+[training]
+max_steps = 2
+save_steps = 1
+save_total_limit = 2
+batch_size = 4
+rollouts_per_example = 2
+micro_batch_size = 2
+max_tokens_per_turn = 4
+max_seq_len = 512
+temperature = 1.0
+learning_rate = 1e-3
+progress = false
+
+[evaluation]
+examples = 3
+rollouts = 1
+
+[report]
+headline = ["reward", "tool_execution_reward"]
+collapse_window = 2
+"""
+
+
+def rlvr(*args) -> str:
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, f"{result.output[-4000:]}\n{result.exception!r}"
+    return result.output
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_study_runs_resumes_an_interrupted_cell_and_reports(tiny_model, tmp_path):
+    config = tmp_path / "study.toml"
+    config.write_text(STUDY_TOML)
+    out = tmp_path / "study"
+    rlvr("study", "--config", config, "--out", out)
+
+    cells = [(a, s) for a in ("grpo", "mt_grpo") for s in (0, 1)]
+    for algo, seed in cells:
+        unit = out / "cells" / algo / f"seed-{seed}"
+        done = json.loads((unit / "done.json").read_text())
+        assert done["resumed_from"] is None and set(done["wall_s"]) == {"training", "final_sync", "evaluation", "total"}
+        assert [r["step"] for r in read_jsonl(unit / "train" / "metrics.jsonl") if "loss" in r] == [1, 2]
+        config_json = json.loads((unit / "train" / "config.json").read_text())
+        assert config_json["training"]["seed"] == seed and config_json["training"]["max_steps"] == 2
+        assert config_json["training"].get("algo") == algo
+        rows = read_jsonl(unit / "eval" / "results.jsonl")
+        assert len(rows) == 3 and all("reward" in r for r in rows)
+    for seed in (0, 1):
+        assert len(read_jsonl(out / "base" / f"seed-{seed}" / "eval" / "results.jsonl")) == 3
+
+    manifest = json.loads((out / "study.json").read_text())
+    (invocation,) = manifest["invocations"]
+    assert invocation["finished"] and invocation["versions"]["packages"]["verifiers"] == "0.1.9.post3"
+    assert sorted(manifest["cells"]) == ["grpo/seed-0", "grpo/seed-1", "mt_grpo/seed-0", "mt_grpo/seed-1"]
+    assert manifest["settings"]["training"]["max_steps"] == 2
+
+    report = (out / "report.md").read_text()
+    assert "4 of 4 cells finished" in report
+    assert "## Paired differences against grpo" in report and "Student's t with n-1 degrees of freedom" in report
+    # one row per cell, with the headline metrics, collapse verdict, steps and tokens
+    cell_rows = re.findall(r"^\| (grpo|mt_grpo) \| ([01]) \| .* \| (\*\*yes\*\*, from step \d|no.*?) \| (yes|no) \| 2 \| "
+                           r"\d+ \|", report, re.MULTILINE)
+    assert sorted((a, int(s)) for a, s, *_ in cell_rows) == cells, report
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["baseline"] == "grpo" and set(summary["paired"]) == {"mt_grpo"}
+    paired = summary["paired"]["mt_grpo"]["reward"]
+    assert paired["n"] == 2 and paired["low"] <= paired["mean"] <= paired["high"]
+    for png in ("evaluation", "paired_differences", "training_curves"):
+        assert (out / "plots" / f"{png}.png").read_bytes()[:8] == PNG_MAGIC
+        assert f"(plots/{png}.png)" in report
+
+    # A cell killed after step 1's checkpoint: no marker, no evaluation, no final weights, no checkpoint-2.
+    unit = out / "cells" / "mt_grpo" / "seed-1"
+    for path in (unit / "done.json", unit / "eval", unit / "train" / "final", unit / "train" / "checkpoint-2"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    untouched = {p: p.read_text() for p in out.glob("*/*/seed-*/done.json")} | {
+        p: p.read_text() for p in out.glob("base/seed-*/done.json")}
+    assert len(untouched) == 5
+
+    dry = rlvr("study", "--config", config, "--out", out, "--dry-run")
+    assert "resumes from checkpoint-1" in dry
+    rlvr("study", "--config", config, "--out", out)
+
+    assert all(p.read_text() == text for p, text in untouched.items())  # nothing finished ran again
+    done = json.loads((unit / "done.json").read_text())
+    assert done["resumed_from"].endswith("checkpoint-1")
+    assert json.loads((unit / "train" / "config.json").read_text())["resumed_from"].endswith("checkpoint-1")
+    steps = [r for r in read_jsonl(unit / "train" / "metrics.jsonl") if "loss" in r]
+    assert [r["step"] for r in steps] == [1, 2]  # step 2 trained once more, step 1 kept from before
+    assert len(read_jsonl(unit / "eval" / "results.jsonl")) == 3
+    manifest = json.loads((out / "study.json").read_text())
+    assert len(manifest["invocations"]) == 2 and manifest["cells"]["mt_grpo/seed-1"] == done
+    assert "| mt_grpo | 1 |" in (out / "report.md").read_text() and "checkpoint-1" in (out / "report.md").read_text()
+
+    # rlvr analyze recognises the study directory and redraws its report
+    (out / "report.md").unlink()
+    rlvr("analyze", out)
+    assert "4 of 4 cells finished" in (out / "report.md").read_text()
