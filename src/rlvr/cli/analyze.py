@@ -11,8 +11,8 @@ from rich.markdown import Markdown
 console = Console()
 
 
-def analyze(directory: Path = typer.Argument(..., help="A run, evaluation or benchmark directory.")) -> None:
-    """Tables and plots: reward curves over training, per-turn rewards, the model x retriever grid."""
+def analyze(directory: Path = typer.Argument(..., help="A run, evaluation, benchmark or study directory.")) -> None:
+    """Tables and plots: reward curves over training, per-turn rewards, the model x retriever grid, a study's report."""
     from rlvr.analysis import analyze as write_analysis
 
     try:
