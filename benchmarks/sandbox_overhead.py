@@ -4,6 +4,9 @@ Measures, for each mode:
   latency     wall clock of one call at a time (median, p90, min over --repeats calls)
   throughput  calls per second with 1, 8 and 32 calls in flight (asyncio; what an environment running that
               many rollouts at once sees), over --calls-per-level calls or 4 per slot, whichever is more
+  cpu         CPU milliseconds per call of this process and everything it starts (sandbox server and
+              call processes included), from a cgroup-v1 cpuacct group of our own; null where none can be
+              made (not root, no cpuacct). On 2 shared cores this, not latency, bounds calls per second
 Modes:
   bare        `python -I -c program` with the interpreter sandboxed programs run on (asyncio subprocess)
   sandbox     run_python / arun_python with the default config
@@ -24,6 +27,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -36,6 +40,47 @@ RESULTS = REPO / "benchmarks" / "results"
 # A typical GSM8K tool call: a few lines of arithmetic and a print.
 PROGRAM = "weeks = 12 * 2\ndays = weeks * 6\nprint(days * 195)\n"
 CONCURRENCY = (1, 8, 32)
+
+
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+class CpuMeter:
+    """CPU used by this process and all its descendants, through a cpuacct cgroup this process joins."""
+
+    def __init__(self) -> None:
+        self.group = CPUACCT / f"rlvr-sandbox-bench-{os.getpid()}"
+        self.group.mkdir()
+        (self.group / "tasks").write_text(str(os.getpid()))
+
+    def ms(self) -> float:
+        return int((self.group / "cpuacct.usage").read_text()) / 1e6
+
+    def close(self) -> None:
+        """Move every process still in the group (us, the sandbox server) back to the root group."""
+        while pids := (self.group / "cgroup.procs").read_text().split():
+            for pid in pids:
+                try:
+                    (CPUACCT / "cgroup.procs").write_text(pid)
+                except ProcessLookupError:
+                    pass  # a call's process that just ended
+        self.group.rmdir()
+
+
+def cpu_meter() -> CpuMeter | None:
+    try:
+        return CpuMeter()
+    except OSError:
+        return None
+
+
+def cpu_per_call(call: Callable[[], object], meter: CpuMeter | None, calls: int) -> float | None:
+    if meter is None:
+        return None
+    start = meter.ms()
+    for _ in range(calls):
+        call()
+    return (meter.ms() - start) / calls
 
 
 def latency(call: Callable[[], object], repeats: int) -> dict:
@@ -89,10 +134,14 @@ def main() -> None:
     parser.add_argument("--python", default=shutil.which("python3", path=os.defpath), help="bare interpreter")
     parser.add_argument("--out", type=Path, default=RESULTS / "sandbox_overhead.json")
     parser.add_argument(
+        "--note", default="", help="what was measured, e.g. which sandbox source was imported"
+    )
+    parser.add_argument(
         "--baseline", type=Path, help="results JSON of an earlier design to embed for comparison"
     )
     args = parser.parse_args()
 
+    meter = cpu_meter()  # before the sandbox server starts, so it is inside the group too
     probe = run_python("print(1)")
     fallback = SandboxConfig(namespaces=False)
     modes: dict[str, tuple[Callable[[], object], Callable[[], Awaitable[object]]]] = {
@@ -106,12 +155,17 @@ def main() -> None:
     results = {}
     for mode, (sync_call, async_call) in modes.items():
         results[mode] = latency(sync_call, args.repeats)
+        results[mode]["cpu_ms_per_call"] = cpu_per_call(sync_call, meter, args.repeats)
         results[mode]["calls_per_second"] = {
             str(n): throughput(async_call, n, max(args.calls_per_level, 4 * n)) for n in CONCURRENCY
         }
+    if meter is not None:
+        meter.close()
     overhead = results["sandbox"]["median_ms"] - results["bare"]["median_ms"]
     report = {
         "program": PROGRAM,
+        "note": args.note,
+        "sandbox_module": sys.modules[run_python.__module__].__file__,
         "python": args.python,
         "commit": subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO
@@ -127,10 +181,11 @@ def main() -> None:
     atomic_write_json(args.out, report)
 
     levels = "".join(f" {f'{n} in flight':>12}" for n in CONCURRENCY)
-    print(f"{'mode':<10} {'median ms':>10} {'p90 ms':>8} {'min ms':>8}{levels}   (calls/s)")
+    print(f"{'mode':<10} {'median ms':>10} {'p90 ms':>8} {'min ms':>8} {'cpu ms':>7}{levels}   (calls/s)")
     for mode, r in results.items():
         rates = "".join(f" {r['calls_per_second'][str(n)]:>12.1f}" for n in CONCURRENCY)
-        print(f"{mode:<10} {r['median_ms']:>10.1f} {r['p90_ms']:>8.1f} {r['min_ms']:>8.1f}{rates}")
+        cpu = "n/a" if r["cpu_ms_per_call"] is None else f"{r['cpu_ms_per_call']:.1f}"
+        print(f"{mode:<10} {r['median_ms']:>10.1f} {r['p90_ms']:>8.1f} {r['min_ms']:>8.1f} {cpu:>7}{rates}")
     print(
         f"sandbox overhead per call (median, vs bare interpreter): {overhead:.1f} ms; isolation {probe.isolation}"
     )
