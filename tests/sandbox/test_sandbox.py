@@ -97,6 +97,14 @@ def test_any_program_text_gives_a_result_never_an_exception(code):
     assert observation(result, SandboxConfig())  # something the model can read
 
 
+def test_large_program_texts_run_or_fail_as_programs():
+    big = "x = 1\n" * 200_000 + "print(x)\n"  # 1.2 MB
+    assert run_python(big).stdout == "1\n"
+    over_quota = run_python(big, SandboxConfig(disk_mb=1))
+    assert over_quota.exit_code == 1
+    assert "Error: cannot write the program file /sandbox/main.py" in over_quota.stderr
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=200))
 def test_arbitrary_text_never_raises(code):

@@ -22,7 +22,7 @@ import socket
 import sys
 import types
 
-SERVER_MODULES = ("_server", "_jail", "_program")
+SERVER_MODULES = ("_jail", "_program")  # the server script itself is the __main__ replaced below
 
 
 class _NoNetwork(socket.socket):

@@ -56,6 +56,7 @@ PR_SET_CHILD_SUBREAPER = 36
 SETUP_FAILED = 125
 REQUEST_SECONDS = 30.0  # a client that has not sent its whole request by then is gone
 MAX_HEADER_BYTES = 1 << 16
+MAX_FD = 2**31 - 1  # closerange's upper bound: close_range(2) visits only the open ones
 MB = 1024 * 1024
 
 
@@ -99,14 +100,14 @@ class Call:
         self.conn = socket.socket(fileno=fds[0])
         self.stdout_fd, self.stderr_fd = fds[1], fds[2]
         self.conn.settimeout(REQUEST_SECONDS)
-        header = b""
-        while not header.endswith(b"\n"):
-            byte = self.conn.recv(1)
-            if not byte or len(header) > MAX_HEADER_BYTES:
-                raise ConnectionError("incomplete request")
-            header += byte
-        self.request = json.loads(header)
-        self.source = self._read_exactly(self.request["code_bytes"])
+        with self.conn.makefile("rb") as reader:
+            header = reader.readline(MAX_HEADER_BYTES)
+            if not header.endswith(b"\n"):
+                raise ConnectionError("incomplete request header")
+            self.request = json.loads(header)
+            self.source = reader.read(self.request["code_bytes"])
+            if len(self.source) != self.request["code_bytes"]:
+                raise ConnectionError("incomplete program text")
         self.conn.settimeout(None)
         self.uid = self.request["uid"]
         self.sys_path = setup.sys_path
@@ -115,16 +116,6 @@ class Call:
         self.seccomp_state = (
             "filter" if self.syscall_filter else ("unavailable" if self.request["seccomp"] else "off")
         )
-
-    def _read_exactly(self, size: int) -> bytes:
-        chunks, left = [], size
-        while left:
-            chunk = self.conn.recv(min(left, 1 << 20))
-            if not chunk:
-                raise ConnectionError("incomplete request")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
 
     def allow_packages(self, namespaced: bool) -> None:
         """Add the allowed packages to the view and to sys.path (their site directories, in order)."""
@@ -200,7 +191,7 @@ def prepare_program(call: Call, workdir: str, namespaced: bool, status_fd: int) 
         if call.syscall_filter is not None:
             call.syscall_filter.load()  # sets no_new_privs too
         os.closerange(3, status_fd)
-        os.closerange(status_fd + 1, 1 << 20)
+        os.closerange(status_fd + 1, MAX_FD)
 
     or_report_and_exit(status_fd, isolate_program)
     os.close(status_fd)
