@@ -117,13 +117,11 @@ def elf_interpreter(path: str) -> str | None:
         header = f.read(64)
         if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
             return None
-        phoff, phentsize, phnum = (
-            struct.unpack_from("<Q", header, 32)[0],
-            *struct.unpack_from("<HH", header, 54),
-        )
+        (phoff,) = struct.unpack_from("<Q", header, 32)  # Elf64_Ehdr.e_phoff
+        phentsize, phnum = struct.unpack_from("<HH", header, 54)  # e_phentsize, e_phnum
         for i in range(phnum):
             f.seek(phoff + i * phentsize)
-            p_type, _, p_offset, _, _, p_filesz = struct.unpack("<IIQQQQ", f.read(40))
+            p_type, _, p_offset, _, _, p_filesz = struct.unpack("<IIQQQQ", f.read(40))  # Elf64_Phdr
             if p_type == 3:  # PT_INTERP
                 f.seek(p_offset)
                 return f.read(p_filesz).rstrip(b"\0").decode()
