@@ -13,7 +13,7 @@ from datasets import Dataset
 from rlvr.rubrics import TurnRubric
 from vf_alfworld.engine import TWC_DEFAULT_PARAMS, AlfredEngines, TwcEngines
 from vf_alfworld.env import AlfWorldEnv
-from vf_alfworld.games import GameRecord, check_split, load_games
+from vf_alfworld.games import GameRecord, check_split, load_games, task_types_of
 from vf_alfworld.generate import GeneratorConfig
 from vf_alfworld.protocol import ALFWORLD_PROMPT, TWC_PROMPT
 from vf_alfworld.rewards import final_progress, subgoal_progress, valid_action, won
@@ -21,10 +21,10 @@ from vf_alfworld.rewards import final_progress, subgoal_progress, valid_action, 
 __all__ = ["load_environment", "AlfWorldEnv", "GameRecord"]
 
 
-def _rows(games: list[GameRecord]) -> Dataset:
+def _rows(games: list[GameRecord]) -> Dataset | None:
     # info as JSON: Arrow would merge the records' optional fields across rows
     return Dataset.from_list([{"question": g.first_observation or g.description, "answer": "\n".join(g.walkthrough),
-                               "info": json.dumps(g.to_info())} for g in games])  # fmt: skip
+                               "info": json.dumps(g.to_info())} for g in games]) if games else None  # fmt: skip
 
 
 def load_environment(
@@ -46,11 +46,12 @@ def load_environment(
 ) -> vf.Environment:
     if backend not in ("alfworld", "twc"):
         raise ValueError(f"vf-alfworld: unknown backend {backend!r}; use 'alfworld' or 'twc'")
-    engines = AlfredEngines() if backend == "alfworld" else TwcEngines(twc_params)
-    options = dict(data_path=data_path, seed=seed, task_types=task_types, cache_dir=cache_dir,
+    splits = check_split(train_split), check_split(eval_split)  # before any game is generated
+    options = dict(data_path=data_path, seed=seed, task_types=task_types_of(task_types), cache_dir=cache_dir,
                    config=GeneratorConfig(max_receptacles=max_receptacles, max_distractors=max_distractors))  # fmt: skip
-    train = load_games(engines, check_split(train_split), num_train_examples, **options)
-    evaluation = load_games(engines, check_split(eval_split), num_eval_examples, **options)
+    engines = AlfredEngines() if backend == "alfworld" else TwcEngines(twc_params)
+    train = load_games(engines, splits[0], num_train_examples, **options)
+    evaluation = load_games(engines, splits[1], num_eval_examples, **options)
 
     # outcome = task won; turn reward = sub-goal progress reached for the first time (rewards.py); the episode ends
     # when the agent wins, so it controls its own length: credit "unreached" turns as zeros (rlvr.credit README).

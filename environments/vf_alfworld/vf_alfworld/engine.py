@@ -13,10 +13,12 @@ twc:      TextWorldExpress's TextWorld-Commonsense game (a Java simulator reache
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import shutil
 import threading
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,6 +33,9 @@ OBSERVATION_ONLY_FACTS = frozenset({"checked", "examined"})
 # logic parsing (tatsu errors, "pop from empty list"). Every textworld call of the process holds this lock; steps
 # take milliseconds, so rollouts still interleave.
 TEXTWORLD_LOCK = threading.Lock()
+# Translated game files kept by the process (least recently used dropped first), see FastResetPddlEnv.
+TRANSLATED_GAMES_KEPT = 256
+_TRANSLATED: OrderedDict = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -58,25 +63,92 @@ def _digest(*parts: str) -> str:
     return hashlib.sha1("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def _copy_initial_state(initial, downward_lib):
+    """A PddlState equal to `initial` (a translated game's first state) that can be played without changing it:
+    the fact sets are copied, the translation and the action table are shared, and this engine's fast-downward
+    library is given the task again."""
+    state = copy.copy(initial)
+    state.downward_lib = downward_lib
+    state._facts = defaultdict(set, {k: set(v) for k, v in initial._facts.items()})
+    state._vars_by_name = dict(initial._vars_by_name)
+    state._vars_by_type = defaultdict(set, {k: set(v) for k, v in initial._vars_by_type.items()})
+    state._var_counts = Counter(initial._var_counts)
+    state.downward_lib.load_sas(initial.sas.encode("utf-8"))
+    state.downward_lib.load_sas_replan(initial.sas_replan.encode("utf-8"))
+    return state
+
+
+def _pddl_env_class():
+    from textworld.core import GameState
+    from textworld.envs import PddlEnv
+
+    class FastResetPddlEnv(PddlEnv):
+        """textworld's PddlEnv, which parses the grammar and translates the PDDL problem with fast-downward's Python
+        translator at every load and again at every reset (twice: the task and the planner's task): most of the
+        time of a new episode. This one translates a game file once per process (`_TRANSLATED`, shared by all
+        engines) and restores the translation at reset (`_copy_initial_state`); the rest of load and reset is
+        PddlEnv's own (textworld/envs/pddl/pddl.py, textworld 1.7.0)."""
+
+        def load(self, filename_or_data) -> None:
+            key = filename_or_data if isinstance(filename_or_data, str) else None
+            if key is not None and key in _TRANSLATED:
+                _TRANSLATED.move_to_end(key)
+                (self._game_data, self.walkthrough, self._logic, self._initial_state, self._entity_infos,
+                 self._game_file) = _TRANSLATED[key]  # fmt: skip
+                return
+            super().load(filename_or_data)
+            self._initial_state = self._pddl_state
+            if key is not None:
+                _TRANSLATED[key] = (self._game_data, self.walkthrough, self._logic, self._initial_state,
+                                    self._entity_infos, self._game_file)  # fmt: skip
+                while len(_TRANSLATED) > TRANSLATED_GAMES_KEPT:
+                    _TRANSLATED.popitem(last=False)
+
+        def reset(self):
+            self._pddl_state = _copy_initial_state(self._initial_state, self.downward_lib)
+            self.prev_state = None
+            self.state = GameState()
+            self._last_action = None
+            self._moves = 0
+            context = {"state": self._pddl_state, "facts": list(self._pddl_state.facts), "variables": {},
+                       "mapping": {}, "entity_infos": self._entity_infos}  # fmt: skip
+            self.state.feedback = self._logic.grammar.derive("#intro#", context)
+            self.state.raw = self.state.feedback
+            self._gather_infos()
+            if "walkthrough" in self.request_infos.extras:
+                self.state["extra.walkthrough"] = self.walkthrough or self._pddl_state.replan(self._entity_infos)
+            return self.state
+
+    return FastResetPddlEnv
+
+
 class AlfredGame:
-    """One textworld PddlEnv, reused for game after game (each loads its own copy of fast-downward's library)."""
+    """One textworld PddlEnv, reused for game after game (each loads its own copy of fast-downward's library).
+    Starting the game it already holds only resets it (a GRPO group plays one game several times)."""
 
     def __init__(self, plan: bool = False):
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
-        from textworld.envs import PddlEnv
 
         infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=plan)
         with TEXTWORLD_LOCK:
-            self._env = AlfredDemangler(PddlEnv(infos))
+            self._env = AlfredDemangler(_pddl_env_class()(infos))
         self._task: Task | None = None
         self._game_id = ""
+        self._loaded: str | None = None  # the game file held, when it was given as a path
         self._state = None
+
+    @property
+    def loaded(self) -> str | None:
+        return self._loaded
 
     def start(self, game_file: str | dict, task: Task, game_id: str) -> Observation:
         """Load a game (a game.tw-pddl path, or its parsed JSON) and reset it."""
         with TEXTWORLD_LOCK:
-            self._env.load(game_file)
+            if not (isinstance(game_file, str) and game_file == self._loaded):
+                self._loaded = None
+                self._env.load(game_file)
+                self._loaded = game_file if isinstance(game_file, str) else None
             self._task, self._game_id = task, game_id
             self._state = self._env.reset()
             return self._observe(valid=True)
@@ -117,8 +189,11 @@ class AlfredEngines:
         self._lock = threading.Lock()
 
     def start(self, record: GameRecord) -> tuple[AlfredGame, Observation]:
-        with self._lock:
-            game = self._idle.pop() if self._idle else None
+        with self._lock:  # an idle engine that holds this game already, else any idle one, else a new one
+            holding = [g for g in self._idle if g.loaded == record.game_file]
+            game = (holding or self._idle or [None])[-1]
+            if game is not None:
+                self._idle.remove(game)
         game = game or AlfredGame(plan=self._plan)
         return game, game.start(record.game_file, record.task, record.game_id)
 

@@ -109,11 +109,14 @@ def _task_sentence(grammar: str) -> str:
 # --- generated games -----------------------------------------------------------------------------------------------
 
 
-def generated_root(cache_dir: str | Path | None, seed: int, config: generate.GeneratorConfig) -> Path:
-    """Cache folder keyed by everything that changes the games: generator version, base seed, scene size."""
+def generated_root(cache_dir: str | Path | None, seed: int, config: generate.GeneratorConfig,
+                   task_types: tuple[str, ...] = assets.TASK_TYPES) -> Path:  # fmt: skip
+    """Cache folder keyed by everything that changes the games: generator version, base seed, scene size, and the
+    task types (game i has type task_types[i % len(task_types)])."""
     from rlvr.models import rlvr_home
 
-    key = json.dumps({"v": generate.GENERATOR_VERSION, "seed": seed, **asdict(config)}, sort_keys=True)
+    key = json.dumps({"v": generate.GENERATOR_VERSION, "seed": seed, "task_types": list(task_types),
+                      **asdict(config)}, sort_keys=True)  # fmt: skip
     base = Path(cache_dir).expanduser() if cache_dir else rlvr_home() / "alfworld"
     return base / f"games-v{generate.GENERATOR_VERSION}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
@@ -253,4 +256,4 @@ def load_games(engines, split: str, count: int, *, data_path=None, seed: int = 0
     if count < 0:
         raise ValueError("vf-alfworld: generated games need a number (num_train_examples / num_eval_examples >= 0)")
     config = config or generate.GeneratorConfig()
-    return generate_split(generated_root(cache_dir, seed, config), split, count, seed, config, types)
+    return generate_split(generated_root(cache_dir, seed, config, types), split, count, seed, config, types)

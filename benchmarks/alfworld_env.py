@@ -1,0 +1,158 @@
+"""vf-alfworld per backend: game generation time, reset and step latency, and success of the expert and of a random
+policy, all through the environment itself (verifiers rollouts with a scripted client, scored by its rubric).
+
+The random policy picks uniformly among the commands the game accepts (listed in each observation), ALFWorld's
+usual random baseline. Games: generated (fresh cache, so generation is timed), TextWorldExpress twc seeds, and, with
+--data-path, ALFWorld's official files (json_2.1.1). Writes benchmarks/results/alfworld_env.json atomically.
+
+    .venv/bin/python benchmarks/alfworld_env.py [--games 24] [--rollouts 4] [--max-turns 50] [--data-path DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from verifiers.utils.async_utils import NullAsyncContext
+from vf_alfworld import load_environment
+from vf_alfworld.expert import expert_states
+
+from rlvr.io import atomic_write_json
+from rlvr.testing.client import ScriptedClient
+
+REPO = Path(__file__).resolve().parent.parent
+AVAILABLE = "\n\nAvailable actions: "
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100])."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * len(ordered)) - 1))]
+
+
+class TimedEngines:
+    """The environment's engines, with the wall time of every start and step recorded."""
+
+    def __init__(self, engines):
+        self.inner, self.name = engines, engines.name
+        self.starts: list[float] = []
+        self.steps: list[float] = []
+
+    def _timed(self, into: list[float], func, *args):
+        start = time.perf_counter()
+        try:
+            return func(*args)
+        finally:
+            into.append(time.perf_counter() - start)
+
+    def start(self, record):
+        return self._timed(self.starts, self.inner.start, record)
+
+    def step(self, handle, command):
+        return self._timed(self.steps, self.inner.step, handle, command)
+
+    def finish(self, handle):
+        return self.inner.finish(handle)
+
+
+def random_policy(seed: int):
+    rng = random.Random(seed)
+
+    def act(messages) -> str:
+        observation = messages[-1]["content"]
+        commands = observation.rsplit(AVAILABLE, 1)[1].split(", ") if AVAILABLE in observation else ["look"]
+        return f"<think>Try something.</think>\n<action>{rng.choice(commands)}</action>"
+
+    return act
+
+
+async def random_states(env, rollouts: int) -> list:
+    """One episode at a time, so that the recorded latencies are the engine's, not time spent queueing."""
+    states = []
+    for i, row in enumerate(env.get_eval_dataset().to_list()):
+        for r in range(rollouts):
+            client = ScriptedClient(random_policy(1000 * i + r))
+            state = await env.run_rollout(row, client, "random", {}, NullAsyncContext())
+            await env.rubric.score_group([state], score_sem=NullAsyncContext())
+            states.append(state)
+    return states
+
+
+def summary(states: list) -> dict:
+    return {
+        "episodes": len(states),
+        "success": statistics.fmean(s["metrics"]["won"] for s in states),
+        "final_progress": statistics.fmean(s["metrics"]["final_progress"] for s in states),
+        "turns_mean": statistics.fmean(len(s["trajectory"]) for s in states),
+        "errors": sum(s.get("error") is not None for s in states),
+    }
+
+
+def timings(engines: TimedEngines) -> dict:
+    ms = lambda xs: [1000 * x for x in xs]  # noqa: E731
+    return {
+        "resets": len(engines.starts),
+        "reset_ms_p50": percentile(ms(engines.starts), 50),
+        "reset_ms_p90": percentile(ms(engines.starts), 90),
+        "steps": len(engines.steps),
+        "step_ms_p50": percentile(ms(engines.steps), 50),
+        "step_ms_p90": percentile(ms(engines.steps), 90),
+        "step_ms_mean": statistics.fmean(ms(engines.steps)),
+    }
+
+
+def measure(label: str, env_args: dict, rollouts: int) -> dict:
+    start = time.perf_counter()
+    env = load_environment(**env_args)
+    load_s = time.perf_counter() - start
+    expert = summary(asyncio.run(expert_states(env, "eval")))
+    env.engines = TimedEngines(env.engines)  # latencies of the sequential random episodes only
+    rand = summary(asyncio.run(random_states(env, rollouts)))
+    result = {"env_args": {k: v for k, v in env_args.items() if k != "cache_dir"}, "load_s": load_s,
+              "expert": expert, "random": rand, **timings(env.engines)}  # fmt: skip
+    print(f"{label}: load {load_s:.1f} s | expert success {expert['success']:.3f} in {expert['turns_mean']:.1f} turns | "
+          f"random success {rand['success']:.3f} (progress {rand['final_progress']:.3f}, {rand['episodes']} episodes) | "
+          f"reset p50 {result['reset_ms_p50']:.1f} ms | step p50 {result['step_ms_p50']:.2f} ms")  # fmt: skip
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--games", type=int, default=24, help="evaluation games per setting")
+    parser.add_argument("--rollouts", type=int, default=4, help="random-policy episodes per game")
+    parser.add_argument("--max-turns", type=int, default=50, help="turn limit (ALFWorld's evaluations use 50)")
+    parser.add_argument("--data-path", default=None, help="ALFWorld's json_2.1.1 folder, to also measure official games")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "alfworld_env.json")
+    args = parser.parse_args()
+
+    common = dict(num_train_examples=0, num_eval_examples=args.games, max_turns=args.max_turns)
+    results = {}
+    with tempfile.TemporaryDirectory() as cache:  # fresh cache: generation is part of the measured load time
+        for split in ("valid_seen", "valid_unseen"):
+            results[f"alfworld_generated_{split}"] = measure(
+                f"alfworld generated {split}", {**common, "eval_split": split, "cache_dir": cache}, args.rollouts
+            )
+    if args.data_path:
+        results["alfworld_official_valid_unseen"] = measure(
+            "alfworld official valid_unseen", {**common, "data_path": args.data_path}, args.rollouts
+        )
+    results["twc"] = measure("twc", {**common, "backend": "twc"}, args.rollouts)
+    atomic_write_json(args.out, {
+        "benchmark": "alfworld_env",
+        "command": f"benchmarks/alfworld_env.py --games {args.games} --rollouts {args.rollouts} --max-turns {args.max_turns}"
+                   + (" --data-path <json_2.1.1>" if args.data_path else ""),
+        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+    })  # fmt: skip
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

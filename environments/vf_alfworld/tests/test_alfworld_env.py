@@ -1,0 +1,201 @@
+"""load_environment and rollouts through verifiers with scripted policies (rlvr.testing.ScriptedClient) on the real
+engines: the expert wins with turn rewards summing to 1, anchor states on every step, invalid and missing actions,
+the turn limit, farming, official-layout folders, the twc backend, clear errors, and the expert dataset export."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from datasets import load_from_disk
+from verifiers.utils.async_utils import NullAsyncContext
+from vf_alfworld import engine as engine_module
+from vf_alfworld import load_environment
+from vf_alfworld.expert import expert_reply, export_expert_dataset
+from vf_alfworld.games import GameRecord
+from vf_alfworld.protocol import NO_ACTION_REPLY
+
+from rlvr.rollouts import assign_advantages, from_state
+from rlvr.testing import ScriptedClient
+
+
+def game_of(row) -> GameRecord:
+    return GameRecord.from_info(json.loads(row["info"]))
+
+
+def play(env, row, script):
+    async def run():
+        state = await env.run_rollout(row, ScriptedClient(script), "scripted", {}, NullAsyncContext())
+        await env.rubric.score_group([state], score_sem=NullAsyncContext())
+        return state
+
+    state = asyncio.run(run())
+    assert state["error"] is None, state["error"]
+    return state
+
+
+def turn_rewards(state) -> list[float]:
+    return [step["reward"] for step in state["trajectory"]]
+
+
+def action(command: str) -> str:
+    return f"<think>ok</think>\n<action>{command}</action>"
+
+
+def test_the_expert_wins_every_game_with_turn_rewards_summing_to_one(small_env):
+    for row in small_env.get_eval_dataset().to_list():
+        game = game_of(row)
+        state = play(small_env, row, [expert_reply(c, game.description) for c in game.walkthrough])
+        assert state["reward"] == 1.0 and state["metrics"]["won"] == 1.0
+        assert state["stop_condition"] == "has_final_env_response"
+        assert len(state["trajectory"]) == len(game.walkthrough)
+        assert sum(turn_rewards(state)) == pytest.approx(1.0)
+        assert all(r >= 0 for r in turn_rewards(state)) and state["metrics"]["valid_action"] == len(game.walkthrough)
+        # the first user message is the game's own first observation; the final reply is the game's last text
+        assert state["prompt"][-1]["content"].startswith(game.first_observation)
+        assert state["completion"][-1]["role"] == "user" and "Available actions" not in state["completion"][-1]["content"]
+        keys = [step["extras"]["state_key"] for step in state["trajectory"]]
+        assert all(isinstance(k, str) and k.startswith(game.game_id) for k in keys) and len(set(keys)) == len(keys)
+
+
+def test_anchor_states_are_shared_by_rollouts_in_the_same_state(small_env):
+    row = small_env.get_eval_dataset().to_list()[0]
+    walkthrough = list(game_of(row).walkthrough)
+    expert = play(small_env, row, [action(c) for c in walkthrough])
+    stray = play(small_env, row, [action("look"), *[action(c) for c in walkthrough]])  # "look" changes nothing
+    expert_keys = [s["extras"]["state_key"] for s in expert["trajectory"]]
+    stray_keys = [s["extras"]["state_key"] for s in stray["trajectory"]]
+    assert stray_keys[0] == stray_keys[1] == expert_keys[0]
+    assert stray_keys[1:] == expert_keys[: len(stray_keys) - 1]
+    group = [from_state(expert), from_state(stray)]
+    advantages = assign_advantages(group, "gigpo", {})
+    assert all(len(r.advantages) == len(r.turns) for r in advantages)
+
+
+def test_invalid_and_missing_actions_get_the_games_text(small_env):
+    row = small_env.get_eval_dataset().to_list()[0]
+    state = play(small_env, row, [action("fly to the moon"), "I am thinking...", action("look")])
+    replies = [m["content"] for m in state["completion"] if m["role"] == "user"]
+    assert replies[0].startswith("Nothing happens.")  # ALFWorld's own answer to a command it does not know
+    assert replies[1] == NO_ACTION_REPLY
+    assert [s["extras"]["alfworld"]["valid"] for s in state["trajectory"][:3]] == [False, False, True]
+    assert state["trajectory"][1]["extras"]["alfworld"]["action"] is None
+
+
+def test_the_turn_limit_ends_an_episode_unrewarded(small_env, game_cache):
+    env = load_environment(num_train_examples=6, num_eval_examples=6, max_turns=3, cache_dir=game_cache)
+    state = play(env, env.get_eval_dataset().to_list()[0], [action("look")])
+    assert state["stop_condition"] == "max_turns_reached" and len(state["trajectory"]) == 3
+    assert state["reward"] == 0.0 and turn_rewards(state) == [0.0, 0.0, 0.0]
+
+
+def test_undoing_and_redoing_a_step_is_paid_once(small_env):
+    simple = next(r for r in small_env.get_dataset().to_list() if game_of(r).task.task_type == "pick_and_place_simple")
+    walkthrough = list(game_of(simple).walkthrough)
+    take = next(i for i, c in enumerate(walkthrough) if c.startswith("take "))
+    obj, source = walkthrough[take][len("take "):].split(" from ")
+    farm = [*walkthrough[: take + 1], *[f"move {obj} to {source}", f"take {obj} from {source}"] * 4]
+    state = play(small_env, simple, [action(c) for c in farm])
+    assert state["reward"] == 0.0
+    assert sum(turn_rewards(state)) == pytest.approx(0.5)  # stage 1 of 2 (holds the target), once
+    assert sorted(turn_rewards(state))[-1] == pytest.approx(0.5) and turn_rewards(state).count(0.5) == 1
+
+
+def test_listing_the_admissible_commands_is_optional(game_cache):
+    env = load_environment(num_train_examples=6, num_eval_examples=6, show_admissible=False, cache_dir=game_cache)
+    state = play(env, env.get_eval_dataset().to_list()[0], [action("look")])
+    assert all("Available actions" not in m["content"] for m in [*state["prompt"], *state["completion"]]
+               if m["role"] == "user")  # fmt: skip
+
+
+def test_official_layout_folders_are_played(small_env, tmp_path, game_cache):
+    """data_path: ALFWorld's json_2.1.1 layout. The generated games are copied there; one loses its traj_data.json
+    (the task is read from the folder name), one is marked unsolvable and one is a sliced task (both skipped)."""
+    source = Path(game_of(small_env.get_eval_dataset()[0]).game_file).parents[2]  # <root>/valid_unseen
+    data = tmp_path / "json_2.1.1"
+    shutil.copytree(source, data / "valid_unseen")
+    shutil.copytree(source, data / "train")
+    trials = sorted((data / "valid_unseen").glob("*/trial_*"))
+    (trials[0] / "traj_data.json").unlink()
+    unsolvable = json.loads((trials[1] / "game.tw-pddl").read_text())
+    (trials[1] / "game.tw-pddl").write_text(json.dumps({**unsolvable, "solvable": False}))
+    shutil.copytree(trials[2], data / "valid_unseen" / "pick_and_place_simple-AppleSliced-None-Fridge-10" / "t")
+
+    env = load_environment(data_path=str(data), num_train_examples=-1, num_eval_examples=-1)
+    assert len(env.eval_dataset) == len(trials) - 1 and len(env.dataset) == len(trials)
+    rows = env.get_eval_dataset().to_list()
+    for row in rows:
+        game = game_of(row)
+        assert game.first_observation == "" and row["question"] == game.description  # not played at load
+        state = play(env, row, [action(c) for c in game.walkthrough])
+        assert state["reward"] == 1.0
+        assert state["prompt"][-1]["content"].startswith("-= Welcome to TextWorld, ALFRED! =-")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (dict(backend="thor"), ValueError, "unknown backend 'thor'"),
+        (dict(eval_split="test"), ValueError, "unknown split 'test'"),
+        (dict(task_types=[7]), ValueError, "unknown task type 7"),
+        (dict(data_path="/nonexistent"), FileNotFoundError, "has no train/ folder"),
+        (dict(num_train_examples=-1), ValueError, "generated games need a number"),
+    ],
+)
+def test_bad_arguments_say_what_to_fix(kwargs, error, message, game_cache):
+    with pytest.raises(error, match=message):
+        load_environment(**{"num_eval_examples": 1, "cache_dir": game_cache, **kwargs})
+
+
+def test_task_types_by_alfworld_id(game_cache):
+    env = load_environment(task_types=[2, 4], num_train_examples=4, num_eval_examples=2, cache_dir=game_cache)
+    kinds = [game_of(r).task.task_type for r in env.get_dataset().to_list()]
+    assert kinds == ["look_at_obj_in_light", "pick_heat_then_place_in_recep"] * 2
+
+
+def test_twc_backend(twc_env):
+    for row in twc_env.get_eval_dataset().to_list()[:3]:
+        game = game_of(row)
+        assert game.backend == "twc" and row["question"].startswith("Your task is to")
+        expert = play(twc_env, row, [action(c) for c in game.walkthrough])
+        assert expert["reward"] == 1.0 and sum(turn_rewards(expert)) == pytest.approx(1.0)
+        keys = [s["extras"]["state_key"] for s in expert["trajectory"]]
+        assert all(k.startswith(f"twc/test/{game.seed}:") for k in keys)
+        nonsense = play(twc_env, row, [action("dance wildly")])
+        assert nonsense["reward"] == 0.0 and nonsense["stop_condition"] == "max_turns_reached"
+        assert nonsense["completion"][1]["content"].startswith("Unknown action")
+
+
+def test_twc_interleaved_episodes_replay_correctly(twc_env):
+    """Two episodes sharing the one simulator, stepped alternately, see their own games."""
+    rows = twc_env.get_eval_dataset().to_list()[:2]
+    records = [game_of(r) for r in rows]
+
+    async def both():
+        return await asyncio.gather(*(twc_env.run_rollout(r, ScriptedClient([action(c) for c in g.walkthrough]),
+                                                          "scripted", {}, NullAsyncContext())
+                                      for r, g in zip(rows, records, strict=True)))  # fmt: skip
+
+    for state in asyncio.run(both()):
+        assert state["error"] is None and state["alfworld_episode"].won
+
+
+def test_twc_without_java_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(engine_module.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="apt-get install -y default-jre-headless"):
+        load_environment(backend="twc", num_eval_examples=1)
+
+
+def test_expert_trajectories_export_in_rlvr_predicts_layout(small_env, tmp_path):
+    out = export_expert_dataset(small_env, tmp_path / "expert", split="train")
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(records) == len(small_env.get_dataset())
+    for record in records:
+        assert record["reward"] == 1.0 and record["error"] is None
+        assert sum(record["turn_rewards"]) == pytest.approx(1.0) and len(record["turn_rewards"]) == record["num_turns"]
+        assert record["completion"][0]["content"].startswith("<think>My task is to ")
+    dataset = load_from_disk(str(out / "dataset"))
+    assert len(dataset) == len(records) and "turn_rewards" in dataset.column_names
