@@ -156,8 +156,10 @@ def run_rollouts(
     split: str = "eval",
     max_concurrent: int = 8,
     seed: int | None = None,
+    client=None,
 ) -> dict:
-    """Generate and score rollouts of ``env``'s eval (or train) split. Returns verifiers' GenerateOutputs."""
+    """Generate and score rollouts of ``env``'s eval (or train) split. Returns verifiers' GenerateOutputs.
+    `client`: what answers the model calls (default: an OpenAI client of ``base_url``; e.g. a search policy)."""
     check_endpoint(base_url)
     if split not in {"eval", "train"}:
         raise ValueError(f"--split must be 'eval' or 'train', got {split!r}")
@@ -168,7 +170,7 @@ def run_rollouts(
     results = asyncio.run(
         env.generate(
             dataset.to_list(),
-            client=openai_client(base_url),
+            client=client or openai_client(base_url),
             model=model,
             sampling_args=sampling_args or {},
             max_concurrent=max_concurrent,

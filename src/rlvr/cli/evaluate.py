@@ -36,19 +36,34 @@ def evaluate(
     temperature: float = TemperatureOption,
     max_tokens: int = MaxTokensOption,
     out: Path | None = typer.Option(None, "--out", "-o", help="Results directory (default outputs/evals/...)."),
+    search: str | None = typer.Option(None, "--search", help="Value-guided search: beam (step-level, reasoning) or "
+                                      "best_of_k (per turn, agents); needs --value-model."),
+    value_model: Path | None = typer.Option(None, "--value-model", help="An OREO run's value/ directory."),
+    beam_width: int = typer.Option(4, "--beam-width", help="Search width: beams kept and samples per step (K)."),
 ) -> None:
     """Evaluate a model on an environment: a metrics table and results in vf-eval's layout."""
     args = parse_env_args(env_args)
     vf_env = load_env_or_exit(env, args)
     with endpoint(model, url) as (base_url, served):
+        client = None
+        if search is not None:
+            from rlvr.offline.search import SearchError, search_client
+
+            try:
+                client = search_client(base_url, served, model or served, value_model, search, beam_width)
+            except (SearchError, TypeError) as err:
+                raise fail(f"--search {search}: {err}") from err
         try:
             results = evaluation.run_rollouts(
                 vf_env, base_url=base_url, model=served, num_examples=num_examples,
                 rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
+                client=client,
             )
         except ConnectionError as err:
             raise fail(str(err)) from err
     results["metadata"]["env_id"], results["metadata"]["env_args"] = env, args
+    if search is not None:
+        results["metadata"]["search"] = {"mode": search, "value_model": str(value_model), "width": beam_width}
     out = out or default_out_dir("evals", env, served)
     evaluation.save_results(results, out)
     summary = evaluation.summarize(evaluation.rollouts_of(results))
