@@ -1,4 +1,8 @@
-"""The tool environment: `retrieve_documents(query)` over the current question's own paragraphs only."""
+"""The tool environment: `retrieve_documents(query)` over the current question's own paragraphs only.
+
+Native tool calls through rlvr.tools.GuardedToolEnv: a bad call (invalid or nested JSON, an unknown tool, a missing or
+misnamed argument, an empty or over-long query) is answered with a tool message "Error: ..." saying what to fix.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,10 @@ from typing import Any
 import verifiers as vf
 
 from rlvr.retrieval import Document, Retriever, build_retriever
+from rlvr.tools import GuardedToolEnv
 
 NO_MATCH = "No paragraph matches this query. Try other keywords, e.g. a name from the question."
+MAX_QUERY_CHARS = 1_000  # one step of a question is a few keywords
 
 
 def question_documents(info: dict[str, Any]) -> list[Document]:
@@ -24,9 +30,10 @@ def format_hits(docs: list[Document], max_chars: int) -> str:
     return "\n\n".join(f"[{d.id}] {d.title}\n{d.text[:max_chars]}" for d in docs) if docs else NO_MATCH
 
 
-class MusiqueEnv(vf.StatefulToolEnv):
+class MusiqueEnv(GuardedToolEnv):
     """Native tool calling with one tool; the rollout ends when the model replies without a tool call (its answer)
-    or after `max_turns` turns. State: `retrievals` [{turn, query, ids}] and `retrieved_ids` (first-seen order)."""
+    or after `max_turns` turns. At most `max_calls_per_turn` (default 4) searches of one turn run. State:
+    `retrievals` [{turn, query, ids}] and `retrieved_ids` (first-seen order)."""
 
     def __init__(
         self,
@@ -77,9 +84,10 @@ class MusiqueEnv(vf.StatefulToolEnv):
             The best-matching paragraphs, each headed by its id in brackets and its title. Cite these ids.
         """
         if not isinstance(query, str) or not query.strip():
-            raise ValueError(
-                'retrieve_documents needs a non-empty "query" string, e.g. {"query": "Ada Lovelace"}'
-            )
+            raise ValueError('retrieve_documents needs a non-empty "query" string, e.g. {"query": "Ada Lovelace"}')
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"the query has {len(query):,} characters; search one step of the question with a few "
+                             f"keywords (at most {MAX_QUERY_CHARS:,} characters)")
         docs = [hit.doc for hit in self.retriever_for(state["info"]).search(query, self.top_k)]
         ids = [d.id for d in docs]
         # The step of the assistant turn that made this call is already in the trajectory.

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageToolCall
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_tool_call import Function
-from vf_triviaqa_search import SEARCH_FEW_SHOT, load_environment
+from vf_triviaqa_search import load_environment
 from vf_triviaqa_search.data import load_triviaqa_file
-from vf_triviaqa_search.protocols import NO_CALL_REPLY
+from vf_triviaqa_search.protocols import NO_CALL_REPLY, SEARCH_FEW_SHOT
 from vf_triviaqa_search.rewards import contains_alias, normalize_triviaqa, xml_tag_reward
 
 from rlvr.data.factworld import FactWorld
@@ -156,7 +156,9 @@ def test_searching_beats_guessing_in_advantage(tmp_path):
     assert min(first_turn[s["trajectory_id"]] for s in searched) > max(first_turn[s["trajectory_id"]] for s in guessed)
 
 
-def test_only_the_first_search_result_is_rewarded(tmp_path):
+def test_searching_again_earns_no_more_turn_reward(tmp_path):
+    """Only the first search result counts for the answer reward, and the tool-execution reward is the change to the
+    rollout's success ratio (1/1 -> 2/2: none): repeating a search cannot farm turn reward (issue 21)."""
     env = load_environment(**WORLD, **SMALL, max_turns=3, index_cache_dir=str(tmp_path))
 
     def search_twice(messages):
@@ -166,7 +168,7 @@ def test_only_the_first_search_result_is_rewarded(tmp_path):
 
     out, _ = run(env, search_twice)
     for state in out["state"]:
-        assert turn_rewards(state) == pytest.approx([0.7, 0.2, 0.0])
+        assert turn_rewards(state) == pytest.approx([0.7, 0.0, 0.0])
 
 
 def test_perfect_native_policy(tmp_path):
@@ -193,9 +195,12 @@ def test_perfect_native_policy(tmp_path):
 MALFORMED = [
     ('<tool>{"name": "wiki_search", "args": {"query": </tool>', "not valid JSON"),
     ('<tool>{"name": "web_search", "args": {"query": "x"}}</tool>', "unknown tool 'web_search'; available tools: wiki_search"),
-    ('<tool>["wiki_search", "x"]</tool>', 'must be a JSON object with a string "name"'),
+    ('<tool>["wiki_search", "x"]</tool>', "the <tool> content must be a JSON object, got array"),
+    ('<tool>{"name": 3, "args": {}}</tool>', 'must be a JSON object with a string "name"'),
     ('<tool>{"name": "wiki_search", "args": "Paris"}</tool>', '"args" of wiki_search must be a JSON object, got str'),
-    ('<tool>{"name": "wiki_search", "args": {"q": "Paris"}}</tool>', "unexpected keyword argument 'q'"),
+    ('<tool>{"name": "wiki_search", "args": {"q": "Paris"}}</tool>', "wiki_search has no argument 'q'; call it with {\"query\": <string>}"),
+    ('<tool>{"name": "wiki_search", "args": {"query": ' + "[" * 5000 + "}</tool>", "nests more than 16 levels"),
+    ('<tool>{"name": "wiki_search", "args": {"query": "' + "x" * 2000 + '"}}</tool>', "write a name or a few keywords"),
     ('<tool>{"name": "wiki_search", "args": {"query": "  "}}</tool>', "'query' must be a non-empty string"),
 ]
 
@@ -225,7 +230,8 @@ def test_reply_without_call_or_answer_is_told_the_format(tmp_path):
     [
         ("wiki_search", '{"query": ', "Error: "),
         ("web_search", '{"query": "x"}', "Error: unknown tool 'web_search'; available tools: wiki_search"),
-        ("wiki_search", '["x"]', "Error: arguments of wiki_search must be a JSON object, got list"),
+        ("wiki_search", '["x"]', "Error: the arguments of wiki_search must be a JSON object, got array"),
+        ("wiki_search", '{"query": 7}', "Error: argument 'query' of wiki_search must be a string, got integer"),
     ],
 )
 def test_malformed_native_call_gets_an_error_result(tmp_path, name, arguments, message):

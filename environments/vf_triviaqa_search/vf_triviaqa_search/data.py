@@ -8,10 +8,14 @@ normalisation.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
+from datasets import Dataset
+
 from rlvr.data.factworld import FactWorld
+from rlvr.retrieval import Document, load_corpus
 
 HF_DATASET = ("mandarjoshi/trivia_qa", "rc")
 
@@ -98,3 +102,61 @@ def synthetic_questions(world: FactWorld, n: int | None, seed: int, relations: l
         {"id": q["id"], "question": q["question"], "answer": q["answer"], "aliases": q["aliases"]}
         for q in world.single_hop_questions(n, seed=seed, relations=relations)
     ]
+
+
+DATASETS = ("synthetic", "hf", "jsonl")
+
+
+def split(rows: list[dict], num_train: int, num_eval: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """Seeded shuffle, the first `num_eval` rows for evaluation, the next `num_train` (-1: all) for training."""
+    rows = rows[:]
+    random.Random(seed).shuffle(rows)
+    eval_rows, train_rows = rows[:num_eval], rows[num_eval:]
+    return (train_rows if num_train < 0 else train_rows[:num_train]), eval_rows
+
+
+def to_dataset(rows: list[dict]) -> Dataset | None:
+    """verifiers rows (question, answer, info with the aliases); None for no rows."""
+    if not rows:
+        return None
+    return Dataset.from_list([
+        {"question": r["question"], "answer": r["answer"], "info": {"id": r["id"], "aliases": r["aliases"]},
+         "task": "triviaqa-search"}
+        for r in rows
+    ])
+
+
+def load_questions_and_corpus(
+    dataset: str,
+    data_path: str | None,
+    corpus: str | None,
+    num_train: int,
+    num_eval: int,
+    seed: int,
+    world_seed: int,
+    num_entities: int,
+    relations: list[str] | None,
+) -> tuple[list[dict], list[dict], list[Document]]:
+    """(train rows, eval rows, the passages that answer them) for `dataset` (see the README's Data table)."""
+    if dataset not in DATASETS:
+        raise ValueError(f"vf-triviaqa-search: unknown dataset={dataset!r}; choose one of {DATASETS}")
+    if dataset == "synthetic":
+        if corpus not in (None, "synthetic"):
+            raise ValueError(
+                f"vf-triviaqa-search: dataset='synthetic' is answerable only from its own corpus, got corpus={corpus!r}; "
+                "leave corpus unset, or use dataset='jsonl'/'hf' with a corpus file"
+            )
+        world = FactWorld.generate(seed=world_seed, num_entities=num_entities)
+        wanted = None if num_train < 0 else num_train + num_eval
+        train_rows, eval_rows = split(synthetic_questions(world, wanted, seed, relations), num_train, num_eval, seed)
+        return train_rows, eval_rows, world.documents()
+    if corpus in (None, "synthetic"):
+        raise ValueError(f"vf-triviaqa-search: dataset={dataset!r} needs corpus=<path to a wiki-18 or KILT JSONL file>")
+    if dataset == "jsonl":
+        if data_path is None:
+            raise ValueError("vf-triviaqa-search: dataset='jsonl' needs data_path=<TriviaQA file>")
+        train_rows, eval_rows = split(load_triviaqa_file(data_path), num_train, num_eval, seed)
+    else:
+        train_rows = split(load_triviaqa_hf("train"), num_train, 0, seed)[0]
+        eval_rows = split(load_triviaqa_hf("validation"), num_eval, 0, seed)[0]
+    return train_rows, eval_rows, load_corpus(corpus)

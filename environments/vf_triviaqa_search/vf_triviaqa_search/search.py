@@ -7,6 +7,7 @@ from collections.abc import Callable
 from rlvr.retrieval import Document, Retriever
 
 NO_HITS = "No relevant Wikipedia content found."
+MAX_QUERY_CHARS = 1_000  # a query is a name or a few keywords; a 200 KB one would only cost BM25 time
 
 
 def format_passage(doc: Document, max_chars: int) -> str:
@@ -29,6 +30,9 @@ def make_wiki_search(retriever: Retriever, top_k: int = 1, max_chars: int = 1000
         Args:
             query: What to search for, e.g. an entity name or a few keywords.
         """
+        if isinstance(query, str) and len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"wiki_search: the query has {len(query):,} characters; write a name or a few keywords "
+                             f"(at most {MAX_QUERY_CHARS:,} characters)")
         if not isinstance(query, str) or not query.strip():
             raise ValueError(f"wiki_search: 'query' must be a non-empty string, got {query!r}")
         hits = retriever.search(query, k=top_k)
