@@ -106,7 +106,8 @@ def segment(completion: Sequence[dict[str, Any]], segmentation: Segmentation) ->
         steps.append((i, 0))
         if segmentation == "line":
             text = _text(message.get("content"))
-            steps += [(i, c + 1) for c, ch in enumerate(text) if ch == "\n" and text[c + 1:].strip()]
+            steps += [(i, c + 1) for c, ch in enumerate(text)
+                      if ch == "\n" and text[c + 1: c + 2] != "\n" and text[c + 1:].strip()]
     return tuple(steps)
 
 
