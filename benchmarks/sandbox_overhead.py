@@ -1,7 +1,8 @@
 """Sandbox cost per call and calls per second: rlvr.sandbox.run_python against a bare interpreter start.
 
 Measures, for each mode:
-  latency     wall clock of one call at a time (median, p90, min over --repeats calls)
+  latency     wall clock of one call at a time (median, p90, min over --repeats calls; the modes take
+              turns call by call, so the other sessions' load falls on all of them alike)
   throughput  calls per second with 1, 8 and 32 calls in flight (asyncio; what an environment running that
               many rollouts at once sees), over --calls-per-level calls or 4 per slot, whichever is more
   cpu         CPU milliseconds per call of this process and everything it starts (sandbox server and
@@ -11,10 +12,12 @@ Modes:
   bare        `python -I -c program` with the interpreter sandboxed programs run on (asyncio subprocess)
   sandbox     run_python / arun_python with the default config
   fallback    SandboxConfig(namespaces=False): what a machine without namespaces gets
+  previous, previous-fallback   the same two through an earlier design's `core.py` (--previous), e.g. the
+              v1 launcher (one process per call), extracted with
+              `git archive 8a9074c src | tar -x -C /tmp/v1` and passed as /tmp/v1/src/rlvr/sandbox/core.py
 The overhead is sandbox - bare (latency medians); negative means a sandboxed call is faster than starting a
 bare interpreter (the pre-forked server never starts one). Writes benchmarks/results/sandbox_overhead.json
-(atomically); --baseline embeds the results of an earlier design (e.g. sandbox_overhead_v1.json, measured on
-the one-process-per-call launcher before it was replaced) so both sit side by side.
+(atomically). sandbox_overhead_v1.json there is this script's run on the untouched v1 tree, before v2.
 Speed is measured here, never asserted in tests. The 2 cores are shared: compare numbers taken in one run.
 """
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import importlib.util
 import os
 import shutil
 import statistics
@@ -83,19 +86,26 @@ def cpu_per_call(call: Callable[[], object], meter: CpuMeter | None, calls: int)
     return (meter.ms() - start) / calls
 
 
-def latency(call: Callable[[], object], repeats: int) -> dict:
-    call()  # warm the page cache, imports and (for the sandbox) its server
-    samples = []
+def latencies(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, dict]:
+    """Wall clock per call for each mode, the modes interleaved call by call so that the load other
+    sessions put on the shared cores falls on all of them alike."""
+    for call in calls.values():
+        call()  # warm the page cache, imports and (for the sandbox) its server
+    samples: dict[str, list[float]] = {mode: [] for mode in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    samples.sort()
+        for mode, call in calls.items():
+            start = time.perf_counter()
+            call()
+            samples[mode].append(time.perf_counter() - start)
+    return {mode: summary(sorted(s)) for mode, s in samples.items()}
+
+
+def summary(samples: list[float]) -> dict:
     return {
         "median_ms": 1000 * statistics.median(samples),
         "p90_ms": 1000 * samples[int(0.9 * (len(samples) - 1))],
         "min_ms": 1000 * samples[0],
-        "repeats": repeats,
+        "repeats": len(samples),
     }
 
 
@@ -127,20 +137,27 @@ def bare_async(python: str) -> Callable[[], Awaitable[object]]:
     return call
 
 
+def load_module(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=60)
     parser.add_argument("--calls-per-level", type=int, default=64)
     parser.add_argument("--python", default=shutil.which("python3", path=os.defpath), help="bare interpreter")
     parser.add_argument("--out", type=Path, default=RESULTS / "sandbox_overhead.json")
     parser.add_argument(
         "--note", default="", help="what was measured, e.g. which sandbox source was imported"
     )
-    parser.add_argument(
-        "--baseline", type=Path, help="results JSON of an earlier design to embed for comparison"
-    )
+    parser.add_argument("--previous", type=Path, help="core.py of an earlier sandbox design to compare with")
     args = parser.parse_args()
 
+    load_at_start = os.getloadavg()[0]
     meter = cpu_meter()  # before the sandbox server starts, so it is inside the group too
     probe = run_python("print(1)")
     fallback = SandboxConfig(namespaces=False)
@@ -152,19 +169,27 @@ def main() -> None:
         "sandbox": (lambda: run_python(PROGRAM), lambda: arun_python(PROGRAM)),
         "fallback": (lambda: run_python(PROGRAM, fallback), lambda: arun_python(PROGRAM, fallback)),
     }
-    results = {}
+    if args.previous:
+        old = load_module("previous_sandbox", args.previous)
+        old_fallback = old.SandboxConfig(namespaces=False)
+        modes["previous"] = (lambda: old.run_python(PROGRAM), lambda: old.arun_python(PROGRAM))
+        modes["previous-fallback"] = (
+            lambda: old.run_python(PROGRAM, old_fallback),
+            lambda: old.arun_python(PROGRAM, old_fallback),
+        )
+    results = latencies({mode: calls[0] for mode, calls in modes.items()}, args.repeats)
     for mode, (sync_call, async_call) in modes.items():
-        results[mode] = latency(sync_call, args.repeats)
         results[mode]["cpu_ms_per_call"] = cpu_per_call(sync_call, meter, args.repeats)
         results[mode]["calls_per_second"] = {
             str(n): throughput(async_call, n, max(args.calls_per_level, 4 * n)) for n in CONCURRENCY
         }
     if meter is not None:
         meter.close()
-    overhead = results["sandbox"]["median_ms"] - results["bare"]["median_ms"]
+    overhead = {m: results[m]["median_ms"] - results["bare"]["median_ms"] for m in results if m != "bare"}
     report = {
         "program": PROGRAM,
         "note": args.note,
+        "previous": str(args.previous) if args.previous else None,
         "sandbox_module": sys.modules[run_python.__module__].__file__,
         "python": args.python,
         "commit": subprocess.run(
@@ -172,22 +197,23 @@ def main() -> None:
         ).stdout.strip(),
         "isolation": vars(probe.isolation),
         "cpus": os.cpu_count(),
-        "load_average_1m": os.getloadavg()[0],  # other work on the machine inflates every number
+        # other work on the machine inflates every number
+        "load_average_1m": {"start": load_at_start, "end": os.getloadavg()[0]},
         "results": results,
-        "overhead_median_ms": overhead,
+        "overhead_median_ms": overhead,  # per mode: its median minus the bare interpreter's
     }
-    if args.baseline:
-        report["baseline"] = json.loads(args.baseline.read_text())
     atomic_write_json(args.out, report)
 
     levels = "".join(f" {f'{n} in flight':>12}" for n in CONCURRENCY)
-    print(f"{'mode':<10} {'median ms':>10} {'p90 ms':>8} {'min ms':>8} {'cpu ms':>7}{levels}   (calls/s)")
+    print(f"{'mode':<18} {'median ms':>10} {'p90 ms':>8} {'min ms':>8} {'cpu ms':>7}{levels}   (calls/s)")
     for mode, r in results.items():
         rates = "".join(f" {r['calls_per_second'][str(n)]:>12.1f}" for n in CONCURRENCY)
         cpu = "n/a" if r["cpu_ms_per_call"] is None else f"{r['cpu_ms_per_call']:.1f}"
-        print(f"{mode:<10} {r['median_ms']:>10.1f} {r['p90_ms']:>8.1f} {r['min_ms']:>8.1f} {cpu:>7}{rates}")
+        print(f"{mode:<18} {r['median_ms']:>10.1f} {r['p90_ms']:>8.1f} {r['min_ms']:>8.1f} {cpu:>7}{rates}")
     print(
-        f"sandbox overhead per call (median, vs bare interpreter): {overhead:.1f} ms; isolation {probe.isolation}"
+        "overhead per call (median, vs bare interpreter): "
+        + ", ".join(f"{m} {ms:+.1f} ms" for m, ms in overhead.items())
+        + f"\nisolation {probe.isolation}"
     )
     print(f"written to {args.out}")
 
