@@ -16,6 +16,7 @@ import gc
 import importlib.metadata
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import time
@@ -180,7 +181,9 @@ def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: st
     wall["final_sync"] = _sync_final_weights(server, final)
     wall["evaluation"] = _evaluate(env, server, settings, layout.eval(unit), f"{algo}, seed {seed}, trained")
     wall["total"] = time.perf_counter() - start
-    done = {"algo": algo, "seed": seed, "wall_s": wall, "resumed_from": resumed_from, "finished": _now()}
+    done = {"algo": algo, "seed": seed, "wall_s": wall, "resumed_from": resumed_from, "finished": _now(),
+            # the study process's peak memory so far: cells run one after another in it, so growth shows here
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     atomic_write_json(layout.done(unit), done)
     manifest.record("cells", f"{algo}/seed-{seed}", done)
     if not settings.keep_checkpoints:
