@@ -37,11 +37,14 @@ def write_json(path: Path, obj) -> None:
 
 def make_study(root: Path, seeds=(0, 1, 2)) -> Path:
     settings = StudySettings(env="vf-triviaqa-search", model="smollm2-135m", algos=["grpo", "mt_grpo"],
-                             seeds=list(seeds), training={"max_steps": 4, "batch_size": 16},
+                             seeds=list(seeds), training={"max_steps": 4, "batch_size": 16, "temperature": 0.7,
+                                                         "max_tokens_per_turn": 32},
+                             algo_options={"mt_grpo": {"credit": {"coef": 0.5}}},
                              evaluation=EvaluationSettings(examples=24, rollouts=2),
                              report=ReportSettings(headline=["exact_match"], collapse_window=3))
     layout = StudyLayout(root)
-    write_json(layout.manifest, {"settings": settings.to_dict(), "cells": {}, "bases": {}, "invocations": [
+    write_json(layout.manifest, {"settings": settings.to_dict(), "evaluation_sampling": settings.sampling(),
+                                 "cells": {}, "bases": {}, "invocations": [
         {"command": "rlvr study --config x.toml --out study", "started": "", "finished": ""}]})
     for seed in seeds:
         write_json(layout.eval(layout.base(seed)) / "summary.json", summary(0.05))
@@ -74,6 +77,9 @@ def test_report_numbers(tmp_path):
     diff = [c for c in report.split("## Paired differences against grpo")[1].splitlines()
             if c.startswith("| exact_match |")][0]
     assert "+0.097 [-0.451, +0.645] 2/3" in diff
+    assert ("- mt_grpo - grpo: +0.097 [-0.451, +0.645] 2/3 (not separated at 95%; higher in 2, lower in 1 of 3 "
+            "seeds)") in report
+    assert "(temperature 0.7, max_tokens 32)." in report and "Options of mt_grpo only: credit = {'coef': 0.5}." in report
     # the collapsed cell: std 0 in the last 3 steps, from step 2; and the one with 1 constant step
     assert table_row(report, "grpo")[:4] == ["grpo", "0", "0.000 ± 0.000", "**yes**, from step 2"]
     grpo_seed2 = [r for r in report.splitlines() if r.startswith("| grpo | 2 |")][0]

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.study.runner import check_study, cell_config
+from rlvr.study.runner import cell_config, check_study
 from rlvr.study.settings import StudyError, StudySettings, merge_grids, read_settings_file
 
 REPO = Path(__file__).resolve().parents[2]

@@ -76,6 +76,7 @@ def read_cell(layout: StudyLayout, algo: str, seed: int) -> CellRecord:
 class StudyData:
     settings: dict[str, Any]  # as stored in study.json (the grid of every invocation)
     report: ReportSettings
+    sampling: dict[str, Any]  # of the held-out evaluations
     commands: list[str]
     bases: dict[int, dict[str, Stat]]  # seed -> base model's evaluation
     base_wall_s: dict[int, float]
@@ -123,7 +124,7 @@ def load_study(root: Path) -> StudyData:
         bases[seed] = read_summary(layout.eval(unit))
         base_wall[seed] = json.loads(layout.done(unit).read_text())["wall_s"]["evaluation"]
     return StudyData(
-        settings=settings, report=ReportSettings(**settings["report"]),
+        settings=settings, report=ReportSettings(**settings["report"]), sampling=manifest.get("evaluation_sampling", {}),
         commands=[i["command"] for i in manifest["invocations"] if i.get("command")],
         bases=bases, base_wall_s=base_wall,
         cells=[read_cell(layout, a, s) for a, s in layout.finished_cells()],
@@ -151,7 +152,7 @@ def fmt_collapse(collapse: Collapse, steps: int) -> str:
         return f"n/a ({steps} < {collapse.window} steps)"
     if collapse.collapsed:
         return f"**yes**, from step {collapse.since_step}"
-    return f"no ({collapse.constant_steps} constant)" if collapse.constant_steps else "no"
+    return f"no (last {collapse.constant_steps} constant)" if collapse.constant_steps else "no"
 
 
 def _minutes(seconds: float) -> str:
@@ -171,9 +172,14 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
     lines = [f"# Credit-assignment study: {', '.join(s['algos'])} on {s['env']} with {s['model']}", ""]
     lines.append(f"{len(data.cells)} of {len(grid)} cells finished ({len(algos)} algorithms x seeds "
                  f"{', '.join(map(str, s['seeds']))})." + (f" Missing: {', '.join(missing)}." if missing else ""))
+    sampling = ", ".join(f"{k} {v}" for k, v in data.sampling.items())
     lines += ["", "Every cell: " + ", ".join(f"{k} = {v}" for k, v in budget.items()) + "; environment "
               f"`{json.dumps(s['env_args'])}`. Held-out evaluation before training (once per seed, the base model) "
-              f"and after (every cell): the same {ev['examples']} examples x {ev['rollouts']} sampled rollouts."]
+              f"and after (every cell): the same {ev['examples']} examples x {ev['rollouts']} sampled rollouts "
+              f"({sampling})."]
+    for algo, options in s["algo_options"].items():
+        if algo in s["algos"]:
+            lines.append(f"Options of {algo} only: " + ", ".join(f"{k} = {v}" for k, v in options.items()) + ".")
     if data.commands:
         lines += ["", "Command(s):", "", "```bash", *data.commands, "```"]
 

@@ -68,7 +68,7 @@ class Manifest:
     data: dict[str, Any]
 
     @classmethod
-    def open(cls, layout: StudyLayout, settings: StudySettings, command: str | None) -> tuple[Manifest, StudySettings]:
+    def open(cls, layout: StudyLayout, settings: StudySettings, command: str | None) -> Manifest:
         import json
 
         if layout.manifest.is_file():
@@ -77,13 +77,14 @@ class Manifest:
         else:
             data, merged = {"created": _now(), "invocations": [], "cells": {}, "bases": {}}, settings
         data["settings"] = merged.to_dict()
+        data["evaluation_sampling"] = merged.sampling()
         data["invocations"].append({
             "command": command, "started": _now(), "finished": None, "load_average": os.getloadavg(),
             "grid": {"algos": settings.algos, "seeds": settings.seeds}, "versions": versions(settings.env),
         })
         manifest = cls(layout.manifest, data)
         manifest.save()
-        return manifest, merged
+        return manifest
 
     def save(self) -> None:
         atomic_write_json(self.path, self.data)
@@ -210,7 +211,7 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
 
     layout = StudyLayout(Path(out))
     check_study(settings, layout.root)
-    manifest, _ = Manifest.open(layout, settings, command)
+    manifest = Manifest.open(layout, settings, command)
     bases, cells = pending(settings, layout)
     if bases or cells:
         from rlvr import models
