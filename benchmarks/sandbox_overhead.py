@@ -48,23 +48,33 @@ CONCURRENCY = (1, 8, 32)
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 
 
+def own_cpuacct_group() -> Path:
+    """The cpuacct group this process is in (cgroup v1), from /proc/self/cgroup."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(","):
+            return CPUACCT / path.lstrip("/")
+    raise OSError("no cgroup-v1 cpuacct controller for this process")
+
+
 class CpuMeter:
-    """CPU used by this process and all its descendants, through a cpuacct cgroup this process joins."""
+    """CPU used by this process and all its descendants, through a cpuacct group nested in our own."""
 
     def __init__(self) -> None:
-        self.group = CPUACCT / f"rlvr-sandbox-bench-{os.getpid()}"
+        self.parent = own_cpuacct_group()
+        self.group = self.parent / f"rlvr-sandbox-bench-{os.getpid()}"
         self.group.mkdir()
-        (self.group / "tasks").write_text(str(os.getpid()))
+        (self.group / "cgroup.procs").write_text(str(os.getpid()))
 
     def ms(self) -> float:
         return int((self.group / "cpuacct.usage").read_text()) / 1e6
 
     def close(self) -> None:
-        """Move every process still in the group (us, the sandbox server) back to the root group."""
+        """Move every process still in the group (us, the sandbox server) back to where we came from."""
         while pids := (self.group / "cgroup.procs").read_text().split():
             for pid in pids:
                 try:
-                    (CPUACCT / "cgroup.procs").write_text(pid)
+                    (self.parent / "cgroup.procs").write_text(pid)
                 except ProcessLookupError:
                     pass  # a call's process that just ended
         self.group.rmdir()
