@@ -58,11 +58,13 @@ def test_exception_is_reported_like_the_interpreter_does():
         ("exit(4)", 4, ""),  # site's exit(), as in a normal interpreter
         ("raise SystemExit('bye')", 1, "bye\n"),
         ("print(", 1, "SyntaxError: '(' was never closed"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGINT)", None, "KeyboardInterrupt"),
     ],
 )
 def test_exit_paths_match_a_plain_interpreter(code, exit_code, stderr):
     result = run(code)
     assert result.exit_code == exit_code
+    assert result.signal == (signal.SIGINT if exit_code is None else None)
     assert stderr in result.stderr and "rlvr" not in result.stderr  # no frame of the sandbox's own code
 
 

@@ -17,6 +17,7 @@ untouched server.
 import builtins
 import importlib
 import importlib.machinery
+import os
 import signal
 import socket
 import sys
@@ -83,5 +84,9 @@ class Program:
         except BaseException as exc:  # noqa: BLE001 - what the interpreter prints for an uncaught exception
             program_frames = exc.__traceback__.tb_next  # without this one
             sys.excepthook(type(exc), exc.with_traceback(program_frames), program_frames)
+            if isinstance(exc, KeyboardInterrupt):  # the interpreter then dies of SIGINT (since 3.8)
+                sys.stderr.flush()
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
             raise SystemExit(1) from None
         raise SystemExit(0)
