@@ -99,7 +99,8 @@ def test_bi_level_and_cross_level_by_hand():
     # turns: R = [0.5, 1.0], V_turn = [0.2, 0.6] (first tokens); turn_gamma = 0.5, turn_lam = 1:
     #   A_turn_1 = 1 - 0.6 = 0.4;  A_turn_0 = 0.5 + 0.5 * 0.6 - 0.2 + 0.5 * 0.4 = 0.8
     # tokens (gamma = lam = 1): A_5 = 1 - 0.5 = 0.5, A_4 = 0.5 - 0.6 + 0.5 = 0.4;
-    #   turn 0 continues into turn 1 with V = 0.6, A = 0.4: A_2 = 0.5 + 0.6 - 0.4 + 0.4 = 1.1, A_1 = 0.4 - 0.2 + 1.1 = 1.3
+    #   turn 0 continues into turn 1 with V = 0.6, A = 0.4:
+    #   A_2 = 0.5 + 0.6 - 0.4 + 0.4 = 1.1, A_1 = 0.4 - 0.2 + 1.1 = 1.3
     bi = bi_level_gae(**layout, gamma=1.0, lam=1.0, turn_gamma=0.5, turn_lam=1.0)
     assert close(bi.turn_advantages, [0.8, 0.4])
     assert close(bi.advantages, [0.0, 1.3, 1.1, 0.0, 0.4, 0.5])
@@ -172,7 +173,7 @@ def test_matches_the_original_code(name):
         assert close(ours, theirs, tolerance(case, WHITENED_TOL)), (row, ours, theirs)
         assert all(a == 0.0 for a, m in zip(advantages[row], mask, strict=True) if not m)
         # returns: every position for the naive form (verl's A + V), assistant positions for the others
-        assert close(returns[row], case["returns"][row], tolerance(case, TOL)), (row, returns[row], case["returns"][row])
+        assert close(returns[row], case["returns"][row], tolerance(case, TOL)), (row, returns[row])
 
 
 def test_matches_ragen_ai_bi_level_where_both_are_return_minus_value():

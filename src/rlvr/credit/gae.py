@@ -92,7 +92,8 @@ def turn_positions(turn_index: Sequence[int]) -> list[list[int]]:
         k = turn_index[t]
         if k != last:
             if last is not None and k < last:
-                raise ValueError(f"turn_index: turn {k} at position {t} comes after turn {last}; turns must be in order")
+                raise ValueError(f"turn_index: turn {k} at position {t} comes after turn {last}; "
+                                 "turns must be in order")
             turns.append([])
             last = k
         turns[-1].append(t)

@@ -29,6 +29,10 @@ ALGORITHMS: dict[str, Algorithm] = {
     name: Algorithm("rlvr.trainer.config:MTGRPOConfig", spec.summary, {"algo": name})
     for name, spec in ESTIMATORS.items()
 }
+ALGORITHMS["ppo"] = Algorithm(
+    "rlvr.trainer.ppo:PPOConfig",
+    "PPO with a learned critic and turn-level GAE (RAGEN); `gae`: token, multi_turn, bi_level, cross_level",
+)
 
 # Offline recipes (trained from a trajectory dataset: `rlvr train --algo X --dataset DIR`; rlvr.offline)
 ALGORITHMS["sft"] = Algorithm("rlvr.offline.sft:SFTRecipeConfig",
