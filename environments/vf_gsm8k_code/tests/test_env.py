@@ -86,3 +86,29 @@ def test_sandbox_failure_becomes_a_verifiers_error(tmp_path):
 def test_bad_arguments_are_explained(kwargs, message):
     with pytest.raises(ValueError, match=message):
         load_environment(**SMALL, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("calls", "replies"),
+    [
+        ([("pyhton", '{"code": "print(1)"}')], ["Error: unknown tool 'pyhton'; available tools: python"]),
+        ([("python", '{"program": "print(1)"}')], ['Error: python has no argument \'program\'; call it with {"code": <string>}']),
+        ([("python", "print(1)")], ["Error: the arguments of python is not valid JSON (Expecting value at character 0); "
+                                    'write e.g. {"code": <string>}']),
+        ([("python", '{"code": 5}')], ["Error: argument 'code' of python must be a string, got integer; "
+                                       'call it with {"code": <string>}']),
+        # one program per turn runs; the other calls are told so (20 parallel calls earned 1.3 before, issue 21)
+        ([("python", '{"code": "print(1)"}')] * 3, ["1"] + ["Error: only 1 tool call(s) per turn are run"] * 2),
+    ],
+)
+def test_native_bad_calls_are_told_what_to_fix(calls, replies):
+    env = load_environment(protocol="native", sandbox={"timeout": 5.0}, **SMALL)
+    message = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        for i, (name, arguments) in enumerate(calls)]}
+    out = asyncio.run(env.env_response([message], {}))
+    assert [m["tool_call_id"] for m in out] == [f"c{i}" for i in range(len(calls))]
+    for reply, expected in zip(out, replies, strict=True):
+        assert reply["role"] == "tool" and reply["content"].startswith(expected)
+    turn_reward = code_execution_reward([message], out)
+    assert turn_reward == (pytest.approx(0.3 / 3 + 0.05) if len(calls) == 3 else 0.0)

@@ -1,7 +1,7 @@
 """vf-gsm8k-code: GSM8K word problems solved with a sandboxed Python tool (verl-tool's MT-GRPO recipe).
 
-Turn reward for code that runs, outcome reward for the right answer; see rewards.py for the formulas and
-protocols.py for the two ways the model calls the tool.
+Turn reward for code that runs, outcome reward for the right answer. Recipe: problems (data.py) -> a protocol
+over the sandbox (protocols.py) -> verl-tool's rewards (rewards.py; answers.py reads and compares the answer).
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from typing import Any
 import verifiers as vf
 
 from rlvr.rubrics import TurnRubric
+from rlvr.rubrics.parsing import XMLParser
 from rlvr.sandbox import SandboxConfig
 from vf_gsm8k_code import data
-from vf_gsm8k_code.protocols import NATIVE_SYSTEM_PROMPT, XML_SYSTEM_PROMPT, CodeXMLEnv, python_tool
+from vf_gsm8k_code.protocols import NATIVE_SYSTEM_PROMPT, XML_SYSTEM_PROMPT, CodeToolEnv, CodeXMLEnv
 from vf_gsm8k_code.rewards import code_execution_reward, correct_answer_reward
 
-PROTOCOLS = ("xml", "native")
+PROTOCOLS = {"xml": (CodeXMLEnv, XML_SYSTEM_PROMPT), "native": (CodeToolEnv, NATIVE_SYSTEM_PROMPT)}
 
 
 def load_environment(
@@ -37,27 +38,15 @@ def load_environment(
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
     train, eval_ = data.load(dataset, num_train_examples, num_eval_examples, seed, data_path)
-    sandbox_config = SandboxConfig(**(sandbox or {}))
-
-    parser = vf.XMLParser(["code", "answer"], answer_field="answer")
+    parser = XMLParser(["code", "answer"], answer_field="answer")
     rubric = TurnRubric(
-        turn_rewards=[(code_execution_reward, 1.0)],
+        turn_rewards=[(code_execution_reward, 1.0)],  # verl-tool's weights are inside the formula
         outcome_rewards=[(correct_answer_reward, 1.0)],
         parser=parser,
     )
-    common = dict(
-        dataset=train, eval_dataset=eval_, rubric=rubric, parser=parser, max_turns=max_turns, **kwargs
-    )
-    if protocol == "xml":
-        return CodeXMLEnv(sandbox=sandbox_config, system_prompt=XML_SYSTEM_PROMPT, **common)
-    return vf.ToolEnv(
-        tools=[python_tool(sandbox_config)],
-        system_prompt=NATIVE_SYSTEM_PROMPT,
-        # verl-tool's failure marker, so that a malformed call counts as a failed execution
-        error_formatter=lambda e: f"Error: {e}",
-        stop_errors=[vf.SandboxError],
-        **common,
-    )
+    env_class, system_prompt = PROTOCOLS[protocol]
+    return env_class(sandbox=SandboxConfig(**(sandbox or {})), system_prompt=system_prompt, dataset=train,
+                     eval_dataset=eval_, rubric=rubric, parser=parser, max_turns=max_turns, **kwargs)
 
 
 __all__ = ["load_environment"]

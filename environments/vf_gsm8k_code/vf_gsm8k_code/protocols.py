@@ -1,7 +1,9 @@
-"""The two ways a model runs code: XML tags in its message, or a native `python` tool call.
+"""The two ways a model runs code: XML tags in its message, or a native `python` tool call; with their prompts.
 
 Both execute through rlvr.sandbox. A failure of the sandbox itself (not of the program) becomes verifiers'
-SandboxError, which ends that rollout with state["error"] instead of crashing the whole generate() call.
+SandboxError, which ends that rollout with state["error"] instead of crashing the whole generate() call. Native
+calls go through rlvr.tools.GuardedToolEnv: one program per turn runs (as one <code> block per message in XML; the
+other calls of the turn are answered "Error: ..."), and a bad call gets an "Error: ..." that says what to fix.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ import re
 
 import verifiers as vf
 
-from rlvr.rubrics.rewards import message_text, tagged
+from rlvr.rubrics.parsing import message_text, tagged
 from rlvr.sandbox import SandboxConfig, SandboxError, arun_python, frame, observation
+from rlvr.tools import GuardedToolEnv
 
 FENCE = re.compile(r"^```[\w+-]*\n(.*?)\n?```$", re.DOTALL)
 
@@ -39,6 +42,8 @@ async def execute(code: str, config: SandboxConfig) -> str:
         result = await arun_python(code, config)
     except SandboxError as e:
         raise vf.SandboxError(str(e)) from e
+    except Exception as e:  # the sandbox broke on this program (its bug, not the program's): end only this rollout
+        raise vf.SandboxError(f"the sandbox failed unexpectedly: {e!r}") from e
     return observation(result, config)
 
 
@@ -59,6 +64,14 @@ class CodeXMLEnv(vf.MultiTurnEnv):
     async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs) -> vf.Messages:
         code = code_block(message_text(messages[-1]))
         return [{"role": "user", "content": frame(await execute(code, self.sandbox))}]
+
+
+class CodeToolEnv(GuardedToolEnv):
+    """The native protocol: a `python(code)` tool; one call per turn runs. The rollout ends at the first assistant
+    message without a tool call (its answer) or at max_turns."""
+
+    def __init__(self, sandbox: SandboxConfig, **kwargs):
+        super().__init__(tools=[python_tool(sandbox)], max_calls_per_turn=1, **kwargs)
 
 
 def python_tool(config: SandboxConfig):

@@ -225,17 +225,20 @@ def corpus(surface: Surface) -> list[Reply]:
     return out
 
 
-def scripts(surface: Surface, max_turns: int, *, random_scripts: int = 0, seed: int = 0) -> list[list[Reply]]:
+def scripts(
+    surface: Surface, max_turns: int, *, random_scripts: int = 0, after_valid_move: bool = True, seed: int = 0
+) -> list[list[Reply]]:
     """Rollout scripts: every corpus reply as the whole script (the client repeats a script's last reply, so it is
-    the same reply every turn), every corpus reply after a valid move, each valid move repeated and each pair of
-    valid moves alternated (trying to farm turn rewards), then `random_scripts` seeded random sequences."""
+    the same reply every turn), every corpus reply after a valid move (unless `after_valid_move` is False: for
+    environments whose turns are expensive, e.g. a sandbox run), each valid move repeated and each pair of valid
+    moves alternated (trying to farm turn rewards), then `random_scripts` seeded random sequences."""
     replies = corpus(surface)
     out = [[r] for r in replies]
     good = list(surface.good)
-    if good:
+    if good and after_valid_move:
         out += [[good[i % len(good)], r] for i, r in enumerate(replies)]
-        out += [[g] * max_turns for g in good]
-        out += [[a, b] * max_turns for a in good for b in good if a is not b]
+    out += [[g] * max_turns for g in good]
+    out += [[a, b] * max_turns for a in good for b in good if a is not b]
     rng = random.Random(seed)
     pool = replies + good
     out += [[rng.choice(pool) for _ in range(max_turns)] for _ in range(random_scripts)]
