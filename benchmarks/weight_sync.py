@@ -14,7 +14,8 @@ stand-in for an optimizer step) and times `CPUWeightSyncClient.update_weights(mo
 
 The first update of each client is reported apart (`first`): it creates the file. After the last update the
 server's prompt logprobs of a fixed text are compared with a transformers forward of the same weights
-(`max_abs_logprob_diff`): near 1e-6 when served in float32, about 1e-2 in bfloat16.
+(`max_abs_logprob_diff`); `max_abs_logprob_diff_at_start` is the same comparison before any update (the
+checkpoint's weights on both sides), the gap that the served dtype alone makes.
 
     .venv/bin/python benchmarks/weight_sync.py [--model smollm2-135m] [--dtypes float32,auto] [--repeats 8]
 
@@ -128,8 +129,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(models.resolve(args.model))
-    policy = trainer_model(args.model)
-    state = policy.state_dict()
+    state = trainer_model(args.model).state_dict()
     report: dict = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "model": args.model,
@@ -148,11 +148,18 @@ def main() -> None:
         started = time.perf_counter()
         with launch(args.model, timeout=args.timeout, dtype=dtype) as server:
             print(f"  up in {time.perf_counter() - started:.0f} s", flush=True)
-            result: dict = {}
+            policy = trainer_model(args.model)
+            result: dict = {
+                "max_abs_logprob_diff_at_start": logprob_gap(server.url, server.model, policy, tokenizer)
+            }
             for seed, transport in enumerate(transports):
                 result[transport] = measure(server.url, transport, policy, args.repeats, seed)
             result["max_abs_logprob_diff"] = logprob_gap(server.url, server.model, policy, tokenizer)
-            print(f"  max |server - transformers| logprob: {result['max_abs_logprob_diff']:.2e}", flush=True)
+            print(
+                f"  max |server - transformers| logprob: {result['max_abs_logprob_diff']:.2e} "
+                f"(before any update: {result['max_abs_logprob_diff_at_start']:.2e})",
+                flush=True,
+            )
         report["served"][dtype] = result
     atomic_write_json(args.out, report)
     for dtype, result in report["served"].items():
@@ -162,7 +169,7 @@ def main() -> None:
                 f"{args.model} served in {dtype}, {transport}: {r['seconds']['median']:.2f} s per update "
                 f"(write {r['write_seconds']['median']:.2f}, server {r['load_seconds']['median']:.2f}, "
                 f"of which reload {r['reload_seconds']['median']:.2f}); logprob gap "
-                f"{result['max_abs_logprob_diff']:.1e}"
+                f"{result['max_abs_logprob_diff']:.1e} (at start {result['max_abs_logprob_diff_at_start']:.1e})"
             )
     print(f"wrote {args.out}")
 

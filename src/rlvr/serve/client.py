@@ -6,7 +6,6 @@ Two ways to hand the server a safetensors file of the state dict, which every vL
   on a RAM-backed filesystem, overwrite it in place for each update (`rlvr.serve.staging.StagingFile`) and send
   only its path (``POST /rlvr/update_weights_from_path``).
 - ``"http"`` (remote server): send the file's bytes as the request body (``POST /rlvr/update_weights``).
-  For SmolLM2-135M (621 MiB fp32) this took 63-81 s per update on a loaded machine (docs/serve.md).
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ TRANSPORTS = ("auto", "file", "http")
 # Server refusals of a path after which "auto" sends the bytes instead: the server cannot see the client's file
 # (another container or filesystem, a different temp dir).
 FALLBACK_REASONS = frozenset({REASON_NOT_FOUND, REASON_NOT_ALLOWED})
+UPLOAD_CHUNK_BYTES = 2**20
 
 logger = logging.getLogger("rlvr.serve.client")
 
@@ -143,12 +143,20 @@ class CPUWeightSyncClient:
         return self._answer(response, CPU_UPDATE_FROM_PATH, "file", write_seconds)
 
     def _send_bytes(self, state: StateTensors, start: float) -> dict:
-        body = state.to_bytes()
+        body = memoryview(state.to_bytes())
         write_seconds = time.perf_counter() - start
         response = httpx.post(
             f"{self.url}{CPU_UPDATE_PATH}",
-            content=body,
-            headers={**self._headers, "content-type": "application/octet-stream"},
+            # In pieces: httpcore's synchronous socket write copies the unsent rest of a body after every
+            # partial send (encode/httpcore#1029), quadratic in its size: one 621 MiB body took ~60 s.
+            content=(
+                bytes(body[i : i + UPLOAD_CHUNK_BYTES]) for i in range(0, len(body), UPLOAD_CHUNK_BYTES)
+            ),
+            headers={
+                **self._headers,
+                "content-type": "application/octet-stream",
+                "content-length": str(len(body)),
+            },
             timeout=self.timeout,
         )
         return self._answer(response, CPU_UPDATE_PATH, "http", write_seconds)
