@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from statistics import mean, stdev
@@ -13,8 +14,10 @@ from datasets import Dataset
 from train_script import config
 from transformers import AutoTokenizer
 
-from rlvr.trainer import ConfigError, MTGRPOConfig, MTGRPOTrainer, ServerError
+from rlvr.trainer import ConfigError, MTGRPOConfig, MTGRPOTrainer, ResumeError, ServerError
+from rlvr.trainer.checkpoint import RunState, check_resume
 from rlvr.trainer.rollout_client import check_server
+from rlvr.trainer.run import accelerate_config, serving_dtype
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -27,12 +30,89 @@ from rlvr.trainer.rollout_client import check_server
     (dict(algo="mtgrpo"), "algo='mtgrpo' is not a group-credit estimator"),
     (dict(algo="grpo", credit={"coef": 1.0}), r"credit parameter\(s\) \['coef'\] do not apply to algo='grpo'"),
     (dict(micro_batch_tokens=1), "micro_batch_tokens=1 must be >= 2"),
+    (dict(logprob_chunk_tokens=0), "logprob_chunk_tokens=0 must be >= 1"),
+    (dict(max_steps=3, num_iterations=2, save_steps=2), "max_steps=3 must be a multiple of num_iterations=2.*"
+                                                        "max_steps=2"),
+    # sampling the trainer's log-softmax cannot reproduce
+    (dict(top_p=0.9), r"sampling settings \{'top_p': 0.9\}.*Train with top_p=1.0"),
+    (dict(top_k=20), r"\{'top_k': 20\}"),
+    (dict(min_p=0.05), r"\{'min_p': 0.05\}"),
+    (dict(repetition_penalty=1.1, presence_penalty=0.5), r"\{'repetition_penalty': 1.1, 'presence_penalty': 0.5\}"),
+    (dict(frequency_penalty=0.2), r"\{'frequency_penalty': 0.2\}"),
+    (dict(temperature=0.0), "temperature=0.0.*greedy decoding"),
+    # inherited settings the trainer does not implement
+    (dict(use_liger=True), "use_liger=True: .*set use_liger=False"),
+    (dict(mask_env_responses=False), "mask_env_responses=False: .*never trains on them"),
+    (dict(warmup_steps=20), "warmup_steps=20 with lr_scheduler_type='constant', which ignores warmup.*"
+                            "constant_with_warmup"),
+    (dict(eval_strategy="steps"), "eval_strategy='steps': the trainer has no evaluation loop"),
 ])
 def test_config_errors_say_what_to_change(tmp_path, kwargs, message):
     base = dict(output_dir=str(tmp_path), batch_size=16, rollouts_per_example=8, micro_batch_size=8,
                 report_to="none")
     with pytest.raises(ConfigError, match=message):
         MTGRPOConfig(**{**base, **kwargs})
+
+
+def test_neutral_sampling_settings_and_warmup_that_a_scheduler_uses_are_accepted(tmp_path):
+    cfg = config(str(tmp_path), 2, top_k=-1, top_p=1.0, temperature=0.7, warmup_steps=1,
+                 lr_scheduler_type="constant_with_warmup")
+    assert cfg.get_warmup_steps(2) == 1
+
+
+def test_lora_settings_that_rlconfig_drops_reach_the_adapter(tmp_path):
+    # verifiers' RLConfig builds its LoraConfig from rank, alpha and target modules only.
+    cfg = config(str(tmp_path), 1, lora=True, lora_dropout=0.1, lora_use_rslora=True,
+                 lora_modules_to_save=["lm_head"])
+    lora = cfg.lora_config
+    assert (lora.r, lora.lora_dropout, lora.use_rslora, lora.modules_to_save) == (8, 0.1, True, ["lm_head"])
+
+
+def test_a_resume_from_between_two_passes_over_a_batch_is_refused():
+    state = RunState(global_step=3, next_batch_index=1, next_example_ids=[], seed=0, batch_size=16,
+                     rollouts_per_example=8, num_iterations=2, dataset_size=16, dataset_fingerprint="f", config={})
+    with pytest.raises(ResumeError, match="step 3: it lies between two of the 2 passes over batch 1"):
+        check_resume(state, dataclasses.replace(state, global_step=0))
+    check_resume(dataclasses.replace(state, global_step=4), dataclasses.replace(state, global_step=0))
+    with pytest.raises(ResumeError, match="seed: checkpoint 0, this run 1"):
+        check_resume(state, dataclasses.replace(state, seed=1))
+
+
+def test_a_server_started_for_the_run_serves_the_training_dtype(tmp_path):
+    assert serving_dtype(config(str(tmp_path), 1)) == "float32"
+    assert serving_dtype(config(str(tmp_path), 1, bf16=True, use_cpu=True)) == "bfloat16"
+    assert serving_dtype(config(str(tmp_path), 1), ["--dtype", "bfloat16"]) is None  # the user's choice stands
+
+
+def test_the_accelerate_config_follows_the_device_and_the_training_dtype(tmp_path):
+    assert accelerate_config(2, cuda=False).name == "cpu_ddp.yaml"
+    assert accelerate_config(8, cuda=True, bf16=True).name == "zero2.yaml"
+    with pytest.raises(ConfigError, match="sets use_cpu: true on a machine with GPUs"):
+        accelerate_config(2, accelerate_config(2, cuda=False), cuda=True)
+    with pytest.raises(ConfigError, match="mixed_precision: bf16 but the training config has bf16=False"):
+        accelerate_config(8, cuda=True, bf16=False)
+    with pytest.raises(ConfigError, match="is a GPU config .* no CUDA"):
+        accelerate_config(2, accelerate_config(2, cuda=True), cuda=False)
+    with pytest.raises(ConfigError, match="does not exist"):
+        accelerate_config(2, tmp_path / "missing.yaml")
+    own = tmp_path / "mine.yaml"
+    own.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nmixed_precision: bf16\n"
+                   "num_processes: 4\n")
+    assert accelerate_config(4, own, cuda=True, bf16=True) == own  # the user's file is taken as it is
+
+
+def test_truncated_rollouts_leave_the_loss_when_asked():
+    from test_batching import rollout, turn
+
+    from rlvr.trainer.batching import rollout_samples, trained_samples
+    from rlvr.trainer.on_policy import zero_truncated_outcome
+
+    done = rollout([turn([1, 2], [3])], [1.0])
+    cut = dataclasses.replace(rollout([turn([1, 2], [4, 5])], [1.0]), truncated=True, outcome=1.0)
+    samples = [rollout_samples(r) for r in (done, cut)]
+    assert len(trained_samples([done, cut], samples)) == 2
+    assert [s.input_ids for s in trained_samples([done, cut], samples, mask_truncated=True)] == [[1, 2, 3]]
+    assert zero_truncated_outcome(cut).outcome == 0.0 and zero_truncated_outcome(done) is done
 
 
 def test_config_maps_max_tokens_per_turn_into_sampling_args(tmp_path):
@@ -47,6 +127,7 @@ def test_unreachable_server_prints_the_command_that_starts_one(tmp_path, tiny_mo
                       server_url="http://127.0.0.1:9")
 
 
+@pytest.mark.slow
 def test_a_different_tokenizer_is_refused(training_server, tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     assert check_server(training_server.url, "tiny-random", tokenizer) == "tiny-random"
@@ -55,6 +136,7 @@ def test_a_different_tokenizer_is_refused(training_server, tiny_model):
         check_server(training_server.url, "tiny-random", tokenizer)
 
 
+@pytest.mark.slow
 def test_missing_token_ids_names_the_flag(training_server, tmp_path):
     cfg = config(str(tmp_path), 1)
     cfg.sampling_args["extra_body"]["return_token_ids"] = False  # the server then answers without token ids
@@ -68,6 +150,7 @@ def plain_env() -> vf.Environment:
     return vf.SingleTurnEnv(dataset=dataset, rubric=vf.Rubric(funcs=[answer_reward]))
 
 
+@pytest.mark.slow
 def test_a_plain_rubric_trains_with_std_normalised_outcome_grpo(training_server, tmp_path):
     cfg = config(str(tmp_path), 1, algo="grpo", num_logged_rollouts=16)
     env = plain_env()

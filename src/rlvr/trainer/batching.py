@@ -62,6 +62,14 @@ def rollout_samples(rollout: Rollout, pack: bool = True) -> RolloutSamples:
     return RolloutSamples(samples, packed=False, trajectory_tokens=trajectory_tokens, reason=reason)
 
 
+def trained_samples(rollouts: Sequence[Rollout], samples: Sequence[RolloutSamples],
+                    mask_truncated: bool = False) -> list[Sample]:
+    """The samples that enter the loss. With `mask_truncated` (DAPO's overlong filtering, arXiv 2503.14476,
+    Sec. 3.4), a truncated rollout's samples leave the loss; the rollout still counted in its group's credit."""
+    return [s for r, rs in zip(rollouts, samples, strict=True) if not (mask_truncated and r.truncated)
+            for s in rs.samples]
+
+
 def _micro_batches(samples: list[Sample], max_samples: int | None, max_tokens: int | None) -> list[list[Sample]]:
     """Consecutive samples (longest first) fill a micro-batch while it keeps at most `max_samples` samples and at
     most `max_tokens` padded tokens (samples x longest length). A sample longer than the budget goes alone."""

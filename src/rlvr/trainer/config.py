@@ -3,7 +3,8 @@
 Everything verifiers' `RLConfig` knows (batch sizes, sampling, LoRA, server host/port) keeps its meaning;
 `OnPolicyConfig` adds the loss, rollout and run options shared by the on-policy recipes, and each recipe's config
 adds its algorithm. Defaults are chosen so that the same config runs on a 2-core CPU (fp32, no liger, no wandb key
-needed) and on GPUs (set `bf16=True`). Every check runs when the configuration is built, before any server starts.
+needed) and on GPUs (set `bf16=True`: fp32 master weights, bf16 compute). Every check runs when the configuration is
+built, before any server starts: settings the trainer cannot honour are refused there, never silently ignored.
 """
 
 from __future__ import annotations
@@ -12,12 +13,20 @@ import os
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from peft import LoraConfig
 from verifiers.rl.trainer import RLConfig
 
 from rlvr.credit import ESTIMATORS, estimator_parameters
 
 LOSS_TYPES = ("ppo_clip", "masked_is")
 WEIGHT_SYNC = ("auto", "nccl", "cpu")
+# Sampling settings the server applies to its logprobs (vLLM `processed_logprobs`) that the trainer's log-softmax at
+# the sampling temperature cannot reproduce: the PPO ratio would compare two different distributions.
+# field -> the value that leaves the distribution alone.
+NEUTRAL_SAMPLING = {"top_p": 1.0, "top_k": None, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                    "frequency_penalty": 0.0}
+# transformers schedulers that ignore warmup_steps (transformers.optimization.get_scheduler).
+NO_WARMUP_SCHEDULERS = ("constant", "reduce_lr_on_plateau")
 
 
 class ConfigError(ValueError):
@@ -50,9 +59,15 @@ class OnPolicyConfig(RLConfig):
         default=None, metadata={"help": "Generation limit per assistant turn (default: RLConfig.max_tokens)."}
     )
     micro_batch_tokens: int | None = field(
-        default=None,
-        metadata={"help": "Token budget of a micro-batch (padded tokens): micro-batches are filled up to it instead "
-                  "of holding micro_batch_size samples. None: micro_batch_size samples each."},
+        default=16384,
+        metadata={"help": "Token budget of a micro-batch (padded tokens: samples x longest): micro-batches are filled "
+                  "up to it and to micro_batch_size samples, whichever comes first; a longer sample goes alone. "
+                  "None: micro_batch_size samples each, however long."},
+    )
+    logprob_chunk_tokens: int = field(
+        default=1024,
+        metadata={"help": "Positions whose vocabulary log-softmax is computed at once; each chunk is recomputed in "
+                  "the backward pass, so logits never exist for more positions than this (memory: chunk x vocab)."},
     )
     pack_trajectories: bool = field(
         default=True,
@@ -74,6 +89,7 @@ class OnPolicyConfig(RLConfig):
     # --- CPU-friendly defaults of inherited fields (RLConfig assumes GPUs, wandb and no resume) ---
     use_liger: bool = False
     bf16: bool = False
+    max_prompt_len: int | None = None  # None: max_seq_len (RLConfig's 512 would drop long multi-hop prompts)
     save_only_model: bool = False  # full resume needs optimizer, scheduler and RNG states
     report_to: str | list[str] | None = "wandb"
     dataloader_num_workers: int = 0
@@ -84,7 +100,21 @@ class OnPolicyConfig(RLConfig):
             self.max_tokens = self.max_tokens_per_turn
         if self.report_to in ("wandb", ["wandb"]) and not os.environ.get("WANDB_API_KEY"):
             os.environ.setdefault("WANDB_MODE", "offline")  # no key: keep the run local, sync later
+        own_lora_config = self.lora_config is not None
         super().__post_init__()
+        if self.use_lora and not own_lora_config:
+            # RLConfig builds its LoraConfig from rank, alpha and target modules only: dropout, rsLoRA and
+            # modules_to_save would be silently ignored.
+            self.lora_config = LoraConfig(
+                r=self.lora_rank, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
+                target_modules=self.lora_target_modules, modules_to_save=self.lora_modules_to_save,
+                use_rslora=self.lora_use_rslora, task_type="CAUSAL_LM",
+            )
+
+    @property
+    def prompt_token_limit(self) -> int:
+        """The longest first prompt (tokens) a dataset row may have: rows beyond it are dropped before training."""
+        return min(self.max_prompt_len or self.max_seq_len, self.max_seq_len)
 
     def _validate(self) -> None:
         if self.loss_type not in LOSS_TYPES:
@@ -95,6 +125,11 @@ class OnPolicyConfig(RLConfig):
             raise ConfigError("weight_sync='nccl' needs CUDA, which this machine lacks: use weight_sync='cpu' or 'auto'")
         if self.micro_batch_tokens is not None and self.micro_batch_tokens < 2:
             raise ConfigError(f"micro_batch_tokens={self.micro_batch_tokens} must be >= 2 (or None)")
+        if self.logprob_chunk_tokens < 1:
+            raise ConfigError(f"logprob_chunk_tokens={self.logprob_chunk_tokens} must be >= 1")
+        if self.max_seq_len < 2 or (self.max_prompt_len is not None and self.max_prompt_len < 1):
+            raise ConfigError(f"max_seq_len={self.max_seq_len} must be >= 2 and max_prompt_len="
+                              f"{self.max_prompt_len} >= 1 (or None: max_seq_len)")
         if not (0 <= self.epsilon_low < 1 and self.epsilon_high >= 0):
             raise ConfigError(f"epsilon_low={self.epsilon_low}, epsilon_high={self.epsilon_high}: "
                               "need 0 <= epsilon_low < 1 and epsilon_high >= 0")
@@ -117,6 +152,43 @@ class OnPolicyConfig(RLConfig):
             raise ConfigError(f"save_steps={self.save_steps} must be a multiple of num_iterations="
                               f"{self.num_iterations}: a checkpoint between two passes over one batch could "
                               "not resume that batch")
+        if self.max_steps > 0 and self.max_steps % self.num_iterations:
+            raise ConfigError(f"max_steps={self.max_steps} must be a multiple of num_iterations={self.num_iterations}: "
+                              "the last batch would get fewer passes than the others, and the final checkpoint "
+                              "(written at max_steps) could not resume it. Try max_steps="
+                              f"{self.max_steps - self.max_steps % self.num_iterations or self.num_iterations}")
+        self._validate_sampling()
+        self._validate_unsupported()
+
+    def _validate_sampling(self) -> None:
+        if not self.temperature > 0:
+            raise ConfigError(f"temperature={self.temperature}: the policy gradient needs a sampling distribution "
+                              "(greedy decoding has none, and its logprobs are not the trainer's); use temperature > 0")
+        changed = {k: getattr(self, k) for k, neutral in NEUTRAL_SAMPLING.items()
+                   if getattr(self, k) not in (neutral, *((-1, 0) if k == "top_k" else ()))}
+        if changed:
+            raise ConfigError(
+                f"sampling settings {changed} change the server's logprobs (vLLM processes them into the sampled "
+                "distribution) but not the trainer's, so the importance ratio would compare two different "
+                f"distributions. Train with {', '.join(f'{k}={NEUTRAL_SAMPLING[k]}' for k in changed)} "
+                "(temperature is supported: the trainer divides its logits by it)"
+            )
+
+    def _validate_unsupported(self) -> None:
+        """Inherited settings this trainer does not implement: refused rather than ignored."""
+        if self.use_liger:
+            raise ConfigError("use_liger=True: rlvr computes log-probabilities with its own chunked log-softmax "
+                              "(logprob_chunk_tokens), not liger's fused kernels; set use_liger=False")
+        if not self.mask_env_responses:
+            raise ConfigError("mask_env_responses=False: environment tokens were not sampled by the policy (no "
+                              "sampling logprobs), so rlvr never trains on them; set mask_env_responses=True")
+        if self.warmup_steps and str(self.lr_scheduler_type) in NO_WARMUP_SCHEDULERS:
+            raise ConfigError(f"warmup_steps={self.warmup_steps} with lr_scheduler_type={self.lr_scheduler_type!r}, "
+                              "which ignores warmup: use lr_scheduler_type='constant_with_warmup' (or 'linear', "
+                              "'cosine'), or warmup_steps=0")
+        if self.eval_strategy != "no":
+            raise ConfigError(f"eval_strategy={self.eval_strategy!r}: the trainer has no evaluation loop; evaluate "
+                              "checkpoints with `rlvr evaluate` and leave eval_strategy='no'")
 
 
 @dataclass

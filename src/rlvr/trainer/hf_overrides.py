@@ -8,6 +8,8 @@ transformers has one file to check. The recipes override only public hooks.
   console dump), with seconds per step.
 - `_load_from_checkpoint`: after transformers restores the model, the recipe's `load_extra_state` restores what
   it saved with `save_extra_state` (e.g. PPO's critic and its optimizer).
+- `_get_grad_norm` (called once per optimizer step, after clipping and before `optimizer.step()`): the recipe's
+  `skip_nonfinite_update` may drop the gradients of a step whose loss or gradient norm is not finite.
 - `_inner_training_loop`: the recipe's `close()` runs however training ends.
 """
 
@@ -41,6 +43,14 @@ class TransformersOverrides:
 
     def load_extra_state(self, checkpoint_dir: Path) -> None:
         """Read back what `save_extra_state` wrote (called on every process when a run resumes)."""
+
+    def skip_nonfinite_update(self, model, grad_norm) -> None:
+        """Inspect the step's gradients before the optimizer step (and drop them to skip it)."""
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        grad_norm = super()._get_grad_norm(model, grad_norm)
+        self.skip_nonfinite_update(model, grad_norm)
+        return grad_norm
 
     def _get_output_dir(self, trial) -> str:
         return self._staging_dir or super()._get_output_dir(trial)

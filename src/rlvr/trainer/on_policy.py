@@ -3,10 +3,12 @@
 One optimizer step, top to bottom (`training_step`; transformers' loop then clips, steps the optimizer and the
 scheduler, logs and checkpoints):
 
-    every num_iterations steps:  sync weights to the server (if they changed) -> generate a batch of groups, each
-                                 scored by the environment's rubric -> Rollout records -> `assign_credit` (the
-                                 recipe) -> training samples -> micro-batches
-    every step:                  per-token policy loss over the micro-batches (PPO clip or masked IS, + KL)
+    every num_iterations steps:  sync weights to the server (if they changed; also before step 0) -> generate a
+                                 batch of groups, each scored by the environment's rubric -> Rollout records ->
+                                 `assign_credit` (the recipe) -> training samples -> micro-batches
+    every step:                  per-token policy loss over the micro-batches (PPO clip or masked IS, + KL), the
+                                 gradients accumulated over them with one accumulation boundary (the last one);
+                                 a step whose loss or gradient norm is not finite changes no weight
 
 A recipe subclasses it and implements `assign_credit` (MT-GRPO: a group estimator; PPO: a critic and GAE).
 Generation is synchronous (on-policy): on a 2-core CPU, overlapping vLLM and training would only split the same
@@ -15,7 +17,10 @@ cores, and on-policy batches make `num_iterations`' "old policy" the sampling po
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -23,7 +28,8 @@ from pathlib import Path
 
 import torch
 import verifiers as vf
-from accelerate.utils import broadcast_object_list
+from accelerate.utils import DistributedType, broadcast_object_list
+from accelerate.utils.memory import clear_device_cache
 from transformers import PreTrainedModel, Trainer
 from transformers.trainer_callback import ProgressCallback
 from verifiers.rl.trainer import RLTrainer
@@ -38,17 +44,18 @@ from verifiers.utils.message_utils import messages_to_printable
 
 from rlvr.io import append_jsonl
 from rlvr.rollouts import Rollout
-from rlvr.trainer.batching import RolloutSamples, Sample, rollout_samples, split_batch
+from rlvr.trainer.batching import RolloutSamples, Sample, rollout_samples, split_batch, trained_samples
 from rlvr.trainer.checkpoint import RunState
 from rlvr.trainer.config import OnPolicyConfig
 from rlvr.trainer.hf_overrides import TransformersOverrides
 from rlvr.trainer.loss import policy_loss
 from rlvr.trainer.metrics import JsonlMetricsCallback, RichProgressCallback, batch_metrics
 from rlvr.trainer.policy import (
+    check_head_reads_last_hidden_state,
     frozen_reference,
     load_policy,
-    policy_state_dict,
     reference_logprobs,
+    served_tensors,
     token_logprobs,
     with_lora,
 )
@@ -67,6 +74,31 @@ class TrainBatch:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def accumulation_boundary(accelerator, model, is_last: bool):
+    """One micro-batch's backward inside one optimizer step; the gradients are synchronised after the last one only.
+
+    transformers' loop sets `sync_gradients=True` for the whole `training_step` (gradient_accumulation_steps is 1:
+    the step's micro-batches are ours). Left so, every `accelerator.backward` would be a boundary: under DeepSpeed
+    it runs `engine.step()` (clip, optimizer step, zero grad) after *each* micro-batch, so later micro-batches train
+    already-updated weights and one step makes N updates; under DDP each backward all-reduces. Here accelerate sees a
+    boundary on the last micro-batch only (what transformers' loop does for its own accumulation, with
+    `gradient_state._set_sync_gradients` and `no_sync`), and the flag is True again when the step ends.
+    """
+    accelerator.gradient_state._set_sync_gradients(is_last)
+    try:
+        with contextlib.nullcontext() if is_last else accelerator.no_sync(model):
+            yield
+    finally:
+        accelerator.gradient_state._set_sync_gradients(True)
+
+
+def zero_truncated_outcome(rollout: Rollout) -> Rollout:
+    """`zero_truncated_completions`: a rollout the server cut off (a turn hit its token limit, or the history outgrew
+    max_seq_len) gets outcome reward 0. Turn rewards stay: they judged turns that did complete."""
+    return dataclasses.replace(rollout, outcome=0.0) if rollout.truncated else rollout
+
+
 class OnPolicyTrainer(TransformersOverrides, RLTrainer):
     label = "on-policy"  # shown on the progress bar
 
@@ -81,8 +113,11 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
     ):
         self.logger = logger
         model_name = model if isinstance(model, str) else model.config._name_or_path
-        policy, tokenizer = load_policy(model, bf16=args.bf16, tokenizer=processing_class)
-        self.ref_model = frozen_reference(policy) if args.beta > 0 and not args.use_lora else None
+        policy, tokenizer = load_policy(model, bf16=args.bf16, tokenizer=processing_class, lora=args.use_lora)
+        check_head_reads_last_hidden_state(policy, policy.device)
+        self.ref_model = None
+        if args.beta > 0 and not args.use_lora:
+            self.ref_model = frozen_reference(policy, torch.bfloat16 if args.bf16 else None)
         policy = with_lora(policy, args.lora_config if args.use_lora else None, args)
         run_dir = Path(args.output_dir)
         callbacks = [*(callbacks or []), JsonlMetricsCallback(run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl")]
@@ -95,18 +130,14 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
             self.add_callback(RichProgressCallback(self.label))
         if self.ref_model is not None:
             self.ref_model.to(self.args.device)
-        # Attributes that RLTrainer's inherited methods read (get_train_dataloader, update_vllm, log_metrics).
+        # Attributes that RLTrainer's inherited methods read (get_train_dataloader, log_metrics).
         self.max_steps = args.max_steps
         self.orchestrator = None
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
 
         self.env = env
         self.run_dir = run_dir
-        dataset = env.get_dataset()
-        if len(dataset) == 0:
-            raise ValueError("the environment's training dataset is empty: check load_environment's arguments")
-        self.dataset_fingerprint = dataset._fingerprint
-        self.dataset = dataset.shuffle(seed=args.seed) if args.shuffle_dataset else dataset
+        self.dataset = self.training_rows(env, tokenizer)
         self.prompts_per_batch = args.batch_size // args.rollouts_per_example
         self.sync_mode = args.weight_sync if args.weight_sync != "auto" else (
             "nccl" if torch.cuda.is_available() else "cpu")
@@ -114,18 +145,50 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         self._batch: TrainBatch | None = None
         self._synced_at_step: int | None = None
         self._pending: dict[str, float] = {}  # timings of this step's generation and sync
+        self._step_loss_finite = True
+        self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient norm
+        self._deepspeed_skipped = 0  # DeepSpeed's own count (engine.skipped_steps) at the last step
         self._last_log_time = time.perf_counter()
         self.rollouts: RolloutClient | None = None
-        self.client = None  # verifiers' VLLMClient (NCCL), read by RLTrainer.update_vllm
         if self.accelerator.is_main_process:
-            if server_url is None:
-                server_url = f"http://{args.vllm_server_host}:{args.vllm_server_port}"
-            self.rollouts = RolloutClient(
-                server_url, model_name, tokenizer, sampling_args=args.sampling_args,
-                max_concurrent=args.max_concurrent, timeout=args.generation_timeout, sync=self.sync_mode,
-                connection_timeout=args.vllm_server_timeout,
-            )
-            self.client = self.rollouts.nccl
+            self.rollouts = self.connect(server_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}",
+                                         model_name, tokenizer)
+
+    def connect(self, server_url: str, model_name: str, tokenizer) -> RolloutClient:
+        """The rollout server, checked (main process only)."""
+        args = self.args
+        return RolloutClient(
+            server_url, model_name, tokenizer, sampling_args=args.sampling_args, max_concurrent=args.max_concurrent,
+            timeout=args.generation_timeout, sync=self.sync_mode, connection_timeout=args.vllm_server_timeout,
+        )
+
+    def training_rows(self, env: vf.Environment, tokenizer):
+        """The environment's training rows whose first prompt fits `prompt_token_limit` (max_prompt_len, else
+        max_seq_len), after limiting the environment's sequences to max_seq_len.
+
+        verifiers truncates the token ids of a turn whose prompt + completion outgrow the environment's max_seq_len
+        (and gives a turn whose prompt alone is too long no completion to train), so no training sample is longer
+        than max_seq_len; a row whose first prompt already fills it could never train and is dropped up front.
+        """
+        args = self.args
+        if env.max_seq_len is None or env.max_seq_len > args.max_seq_len:
+            env.set_max_seq_len(args.max_seq_len)  # EnvGroup passes it on to its environments
+        dataset = env.get_dataset()
+        if len(dataset) == 0:
+            raise ValueError("the environment's training dataset is empty: check load_environment's arguments")
+        limit = args.prompt_token_limit
+        lengths = [len(tokenizer.apply_chat_template(p, tokenize=True, add_generation_prompt=True, return_dict=False)
+                       if isinstance(p, list) else tokenizer(p)["input_ids"]) for p in dataset["prompt"]]
+        kept = [i for i, n in enumerate(lengths) if n <= limit]
+        if not kept:
+            raise ValueError(f"every training prompt is longer than {limit} tokens (the shortest has {min(lengths)}): "
+                             "raise max_prompt_len / max_seq_len")
+        if len(kept) < len(dataset):
+            logger.warning(f"{len(dataset) - len(kept)} of {len(dataset)} training prompts are longer than {limit} "
+                           "tokens (max_prompt_len, else max_seq_len) and are left out")
+            dataset = dataset.select(kept)
+        self.dataset_fingerprint = dataset._fingerprint
+        return dataset.shuffle(seed=args.seed) if args.shuffle_dataset else dataset
 
     # ---------------------------------------------------------------- the recipe's part
     @classmethod
@@ -168,29 +231,35 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         """Roll out batch `batch_index`, assign credit, and split it into micro-batches of samples."""
         args = self.args
         generated = self.rollouts.generate(self.env, self.batch_example_rows(batch_index), args.rollouts_per_example)
-        rollouts, per_rollout = self.make_samples(generated.rollouts)
-        samples = [s for r in per_rollout for s in r.samples]
-        if not samples:
+        rollouts = generated.rollouts
+        if args.zero_truncated_completions:
+            rollouts = [zero_truncated_outcome(r) for r in rollouts]
+        rollouts, per_rollout = self.make_samples(rollouts)
+        if not any(s.samples for s in per_rollout):
             if any(r.turns for r in rollouts):
                 raise missing_token_ids_error(self.rollouts.url)
             errors = [r.error for r in rollouts if r.error is not None][:3]
             raise RuntimeError(f"batch {batch_index}: no rollout produced an assistant turn; errors: {errors}")
-        micro = split_batch(samples, self.accelerator.num_processes, self.processing_class.pad_token_id,
-                            max_samples=args.micro_batch_size, max_tokens=args.micro_batch_tokens)
         metrics = batch_metrics(rollouts, per_rollout)
+        trained = trained_samples(rollouts, per_rollout, args.mask_truncated_completions)
+        micro = split_batch(trained, self.accelerator.num_processes, self.processing_class.pad_token_id,
+                            max_samples=args.micro_batch_size, max_tokens=args.micro_batch_tokens)
         metrics.update({
             "timing/generation_s": generated.generation_s, "timing/scoring_s": generated.scoring_s,
             "tokens/generation_per_s": metrics["tokens/generated"] / max(generated.generation_s, 1e-9),
+            "batch/truncated_fraction": sum(r.truncated for r in rollouts) / len(rollouts),
+            "batch/max_sample_tokens": float(max((len(s) for s in trained), default=0)),
+            "batch/microbatches": float(len(micro[0])),
         })
         self.log_rollouts(batch_index, rollouts, per_rollout)
-        return TrainBatch(batch_index, micro, sum(sum(s.loss_mask) for s in samples), metrics)
+        return TrainBatch(batch_index, micro, sum(sum(s.loss_mask) for s in trained), metrics)
 
     def log_rollouts(self, batch_index: int, rollouts: list[Rollout], samples: list[RolloutSamples]) -> None:
         """One line per generated batch in rollouts.jsonl: the batch's example ids and a few full rollouts."""
         shown = []
         for r, s in list(zip(rollouts, samples, strict=True))[: self.args.num_logged_rollouts]:
             shown.append({
-                "example_id": r.example_id, "reward": r.outcome,
+                "example_id": r.example_id, "reward": r.outcome, "truncated": r.truncated,
                 "prompt": messages_to_printable(r.prompt), "completion": messages_to_printable(r.completion),
                 "turn_rewards": r.turn_rewards, "turn_advantages": list(r.advantages or []),
                 "packed": s.packed, "not_packed_because": s.reason, "error": r.error or "",
@@ -202,22 +271,35 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
 
     # ---------------------------------------------------------------- weight sync
     def sync_weights(self) -> None:
-        """Send the current policy to the server (all processes call it); logs seconds and, if asked, the check."""
+        """Send the current policy to the server (all processes call it); logs seconds and, if asked, the check.
+
+        Both transports start with a sync before step 0 (verifiers' update_vllm skips it): the server may hold other
+        weights than the policy (a resumed run, a server left from an earlier run, a dtype cast at load).
+        """
         verify = self.args.verify_weight_sync and self.accelerator.is_main_process
         if verify and self._synced_at_step is not None:
             # The same check against the server's previous weights: shows the check can tell them apart.
             self._pending["sync/max_abs_logprob_diff_before"] = self.weight_sync_error()
         start = time.perf_counter()
-        if self.sync_mode == "nccl":
-            RLTrainer.update_vllm(self)  # verifiers' NCCL protocol, unchanged
-        else:
+        model = self.accelerator.unwrap_model(self.model)
+        with self.gathered_parameters(model):
             if self.accelerator.is_main_process:
-                self.rollouts.update_weights(policy_state_dict(self.accelerator.unwrap_model(self.model)))
-            self.accelerator.wait_for_everyone()
+                self.rollouts.update_weights(served_tensors(model))
+        self.accelerator.wait_for_everyone()
         self._synced_at_step = self.state.global_step
         self._pending["timing/sync_s"] = time.perf_counter() - start
         if verify:
             self._pending["sync/max_abs_logprob_diff"] = self.weight_sync_error()
+
+    def gathered_parameters(self, model):
+        """Under DeepSpeed ZeRO-3 every rank holds a shard of each parameter: gather them for the sync (every rank
+        takes part; the whole model is then resident, as in verifiers' update_vllm under PEFT)."""
+        plugin = self.accelerator.state.deepspeed_plugin
+        if plugin is None or plugin.zero_stage != 3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(list(model.parameters()))
 
     def weight_sync_error(self) -> float:
         """Max |server logprob - trainer logprob| over the first prompt's tokens, at temperature 1."""
@@ -244,16 +326,38 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
             self._batch = batch[0]
         batch = self._batch
 
+        start = time.perf_counter()
+        total_loss, forwarded, train_metrics = self.accumulate_gradients(model, batch, iteration)
+        training_s = time.perf_counter() - start
+        # Every rank must agree on skipping: the verdict on the loss is reduced over ranks.
+        finite = self.accelerator.gather(torch.isfinite(total_loss).float()[None]).min()
+        self._step_loss_finite = bool(finite.item() == 1.0) and batch.loss_tokens > 0
+
+        if self.accelerator.is_main_process:
+            step_metrics = {**(batch.metrics if iteration == 0 else {}), **self._pending,
+                            **{k: v for k, v in train_metrics.items() if v is not None},
+                            "timing/training_s": training_s, "tokens/training_per_s": forwarded / training_s,
+                            "iteration": float(iteration)}
+            self.log_metrics("train", step_metrics)  # RLTrainer: buffered until Trainer.log averages them
+        self._pending = {}
+        if args.torch_empty_cache_steps and step % args.torch_empty_cache_steps == 0:
+            clear_device_cache()
+        return total_loss
+
+    def accumulate_gradients(self, model, batch: TrainBatch, iteration: int) -> tuple[torch.Tensor, int, dict]:
+        """Forward and backward over this process's micro-batches, gradients accumulated in the parameters.
+        Returns the summed loss, the tokens forwarded and the step's statistics."""
+        args = self.args
         model.train()
         device = self.accelerator.device
-        start = time.perf_counter()
         # Token-level normalisation over the whole batch (verifiers RLTrainer; DAPO, arXiv 2503.14476, Eq. 8):
         # DDP averages gradients over ranks, so each rank divides by (all trained tokens / ranks).
         inv_tokens = torch.tensor(self.accelerator.num_processes / max(batch.loss_tokens, 1), device=device)
         trackers = {k: init_stat_tracker(device) for k in ("ratio", "clipped", "entropy", "kl", "mismatch_kl")}
         total_loss = torch.zeros((), device=device)
         forwarded = 0
-        for micro in batch.microbatches[self.accelerator.process_index]:
+        micro_batches = batch.microbatches[self.accelerator.process_index]
+        for index, micro in enumerate(micro_batches):
             lengths = torch.tensor([len(s) for s in micro], device=device)
             input_ids = pad([torch.tensor(s.input_ids, device=device) for s in micro],
                             padding_value=self.processing_class.pad_token_id)
@@ -265,24 +369,32 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
             if keep.numel() == 0:  # a filler micro-batch still runs forward/backward (DDP all-reduces)
                 keep = torch.zeros(1, dtype=torch.long, device=device)
             loss_mask = trained[:, keep]
-            behavior = pad([torch.tensor(s.behavior_logprobs, device=device) for s in micro])[:, 1:][:, keep]
-            advantages = pad([torch.tensor(s.advantages, device=device) for s in micro])[:, 1:][:, keep]
+            # Untrained positions get neutral inputs: a NaN or inf there (a server's -inf logprob, a padded value)
+            # would otherwise reach the gradient through 0 * NaN in the backward pass.
+            behavior = torch.where(loss_mask, pad([torch.tensor(s.behavior_logprobs, device=device)
+                                                   for s in micro])[:, 1:][:, keep], 0.0)
+            advantages = torch.where(loss_mask, pad([torch.tensor(s.advantages, device=device)
+                                                     for s in micro])[:, 1:][:, keep], 0.0)
             forwarded += int(lengths.sum())
 
-            logprobs, entropies = token_logprobs(model, input_ids, attention_mask, keep, args.temperature)
-            ref_logprobs = None
-            if args.beta > 0:
-                unwrapped = self.accelerator.unwrap_model(model)
-                ref_logprobs = reference_logprobs(unwrapped, self.ref_model, input_ids, attention_mask, keep,
-                                                  args.temperature)
-            terms = policy_loss(
-                logprobs, behavior, advantages, loss_type=args.loss_type,
-                epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high,
-                mask_ratio_low=args.mask_ratio_low, mask_ratio_high=args.mask_ratio_high,
-                ref_logprobs=ref_logprobs, beta=args.beta,
-            )
-            loss = (terms.loss * loss_mask).sum() * inv_tokens
-            self.accelerator.backward(loss)
+            with accumulation_boundary(self.accelerator, model, is_last=index == len(micro_batches) - 1):
+                with self.accelerator.autocast():  # bf16: compute in bf16, the weights stay float32
+                    logprobs, entropies = token_logprobs(model, input_ids, attention_mask, keep, args.temperature,
+                                                         args.logprob_chunk_tokens)
+                    ref_logprobs = None
+                    if args.beta > 0:
+                        unwrapped = self.accelerator.unwrap_model(model)
+                        ref_logprobs = reference_logprobs(unwrapped, self.ref_model, input_ids, attention_mask, keep,
+                                                          args.temperature, args.logprob_chunk_tokens)
+                    terms = policy_loss(
+                        logprobs, behavior, advantages, loss_type=args.loss_type,
+                        epsilon_low=args.epsilon_low, epsilon_high=args.epsilon_high,
+                        mask_ratio_low=args.mask_ratio_low, mask_ratio_high=args.mask_ratio_high,
+                        ref_logprobs=ref_logprobs, beta=args.beta,
+                    )
+                    # A select, not a product: inf x 0 is NaN.
+                    loss = torch.where(loss_mask, terms.loss, 0.0).sum() * inv_tokens
+                self.accelerator.backward(loss)
             total_loss = total_loss + loss.detach()
 
             with torch.no_grad():
@@ -297,17 +409,33 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
                     log_r = logprobs - behavior
                     update_stat_tracker(trackers["mismatch_kl"],
                                         summarize_values((torch.exp(log_r) - log_r - 1)[loss_mask]))
-        training_s = time.perf_counter() - start
+        stats = {f"train/{k}": finalize_stat_tracker(t, self.accelerator) for k, t in trackers.items()}
+        return total_loss, forwarded, stats
 
-        train_metrics = {f"train/{k}": finalize_stat_tracker(t, self.accelerator) for k, t in trackers.items()}
+    def skip_nonfinite_update(self, model, grad_norm) -> None:
+        """Called between gradient clipping and the optimizer step (TransformersOverrides._get_grad_norm): when the
+        step's loss or gradient norm is not finite (or it trained no token), drop every gradient, so the optimizer
+        leaves weights and moments alone (torch optimizers skip parameters without a gradient). The step still
+        counts: global_step and the learning-rate schedule advance. DeepSpeed has stepped already inside the last
+        backward; its ZeRO optimizer skips a step whose gradients overflow, and that skip is counted here."""
+        if self.accelerator.distributed_type == DistributedType.DEEPSPEED:
+            engine = self.model_wrapped
+            skipped = engine.skipped_steps > self._deepspeed_skipped
+            self._deepspeed_skipped = engine.skipped_steps
+        else:
+            norm = float(grad_norm) if grad_norm is not None else 0.0
+            skipped = not (self._step_loss_finite and math.isfinite(norm))
+            if skipped:
+                for p in model.parameters():
+                    p.grad = None
+        if skipped:
+            self.skipped_steps += 1
+            logger.warning(f"step {self.state.global_step + 1}: the loss or the gradient norm is not finite (or no "
+                           f"token was trained; grad norm {grad_norm}): optimizer step skipped "
+                           f"({self.skipped_steps} so far)")
         if self.accelerator.is_main_process:
-            step_metrics = {**(batch.metrics if iteration == 0 else {}), **self._pending,
-                            **{k: v for k, v in train_metrics.items() if v is not None},
-                            "timing/training_s": training_s, "tokens/training_per_s": forwarded / training_s,
-                            "iteration": float(iteration)}
-            self.log_metrics("train", step_metrics)  # RLTrainer: buffered until Trainer.log averages them
-        self._pending = {}
-        return total_loss
+            self.log_metrics("train", {"train/skipped_step": float(skipped),
+                                       "train/skipped_steps_total": float(self.skipped_steps)})
 
     # ---------------------------------------------------------------- end
     def close(self) -> None:

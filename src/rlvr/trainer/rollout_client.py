@@ -1,15 +1,17 @@
 """The trainer's side of a rollout server (`RolloutClient`): start-up checks with actionable errors, rollouts of an
 environment as `Rollout` records, and the weight-sync transport.
 
-CPU: the whole (LoRA-merged) state dict goes to `rlvr serve` through `rlvr.serve.CPUWeightSyncClient`.
-GPU: verifiers' own NCCL protocol (`VLLMClient`, driven by `RLTrainer.update_vllm`).
+Weights go to the server as (name, tensor) pairs from `policy.served_tensors` (LoRA merged out of place):
+CPU: all of them at once to `rlvr serve` through `rlvr.serve.CPUWeightSyncClient` (a file in /dev/shm);
+GPU: one tensor at a time over verifiers' NCCL protocol (`VLLMClient.update_named_param`, then the prefix cache is
+reset), as verifiers' `RLTrainer.update_vllm` sends them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +106,17 @@ def server_prompt_logprobs(url: str, model: str, input_ids: list[int], timeout: 
     return [entry[str(tok)]["logprob"] for tok, entry in zip(input_ids[1:], entries[1:], strict=True)]
 
 
+def send_over_nccl(client, named_tensors: Iterable[tuple[str, torch.Tensor]], poll_s: float = 0.5) -> None:
+    """verifiers' NCCL weight update (RLTrainer.update_vllm, verifiers/rl/trainer/trainer.py): each tensor is
+    broadcast with `update_named_param`, then the server's prefix cache (KV computed with the old weights) is reset
+    and the server's background tasks are awaited."""
+    for name, tensor in named_tensors:
+        client.update_named_param(name, tensor)
+    client.reset_prefix_cache()
+    while client.get_num_background_tasks() > 0:
+        time.sleep(poll_s)
+
+
 @dataclass(frozen=True)
 class GeneratedBatch:
     rollouts: list[Rollout]
@@ -127,7 +140,7 @@ class RolloutClient:
             http_client=httpx.AsyncClient(limits=httpx.Limits(max_connections=max_concurrent), timeout=timeout),
         )
         self.cpu_sync = None
-        self.nccl = None  # verifiers' VLLMClient, read by RLTrainer.update_vllm
+        self.nccl = None  # verifiers' VLLMClient
         if sync == "cpu":
             from rlvr.serve import CPUWeightSyncClient
 
@@ -152,8 +165,12 @@ class RolloutClient:
         per_group = {s["example_id"]: s["timing"].get("scoring_ms", 0.0) for s in states}
         return GeneratedBatch([from_state(s) for s in states], generation_s, sum(per_group.values()) / 1000)
 
-    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        self.cpu_sync.update_weights(state_dict)
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load the weights into the server; returns once it generates with them."""
+        if self.cpu_sync is not None:
+            self.cpu_sync.update_weights(dict(named_tensors))  # written out before the call returns: no copies
+        else:
+            send_over_nccl(self.nccl, named_tensors)
 
     def close(self) -> None:
         self._loop.run_until_complete(self._openai.close())

@@ -12,6 +12,8 @@ Run directory:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 import verifiers as vf
@@ -20,8 +22,57 @@ from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 
 from rlvr.io import atomic_write_json
 from rlvr.trainer.checkpoint import check_resume, read_run_state
-from rlvr.trainer.config import OnPolicyConfig
+from rlvr.trainer.config import ConfigError, OnPolicyConfig
 from rlvr.trainer.recipes import trainer_class
+
+
+def serving_dtype(config: OnPolicyConfig, serve_args: Sequence[str] = ()) -> str | None:
+    """The dtype a server started for the run holds the weights in: the trainer's compute dtype, so that at
+    iteration 0 the sampler's logprobs are the trainer's and the PPO ratio clips policy change, not a bf16/fp32
+    mismatch (vLLM on CPU would otherwise serve a float32 checkpoint in bf16: ~0.05 nats/token apart). None when
+    `serve_args` choose a dtype themselves (`--dtype`): the trainer then logs the mismatch (train/mismatch_kl)."""
+    if any(arg == "--dtype" or arg.startswith("--dtype=") for arg in serve_args):
+        return None
+    return "bfloat16" if config.bf16 else "float32"
+
+
+def accelerate_config(num_processes: int, config_file: str | Path | None = None, *, bf16: bool | None = None,
+                      cuda: bool | None = None) -> Path:
+    """The accelerate config for `rlvr train --num-processes N`: the user's file when given, else by device:
+    DeepSpeed ZeRO-2 in bf16 on GPUs (zero2.yaml), DDP over gloo on CPU (cpu_ddp.yaml). The file is checked
+    against the device and the training dtype (`bf16`, when known), with what to change.
+
+    cuda: whether training runs on GPUs (default: torch.cuda.is_available()).
+    """
+    import torch
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import DistributedType
+
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    if num_processes < 1:
+        raise ConfigError(f"--num-processes {num_processes}: give at least 1")
+    if config_file is None:
+        config_file = Path(str(resources.files("rlvr.trainer") / "accelerate" / ("zero2.yaml" if cuda else
+                                                                                   "cpu_ddp.yaml")))
+    path = Path(config_file)
+    if not path.is_file():
+        raise ConfigError(f"accelerate config {path} does not exist (examples: rlvr/trainer/accelerate/*.yaml)")
+    try:
+        loaded = load_config_from_file(str(path))
+    except Exception as err:  # accelerate raises whatever its YAML/JSON parsing raises
+        raise ConfigError(f"accelerate config {path} cannot be read: {type(err).__name__}: {err}") from err
+    if cuda and loaded.use_cpu:
+        raise ConfigError(f"accelerate config {path} sets use_cpu: true on a machine with GPUs: every process "
+                          "would train on CPU (while weight sync uses NCCL). Remove use_cpu, or use rlvr's zero2.yaml")
+    gpu_only = (DistributedType.DEEPSPEED, DistributedType.MULTI_GPU, DistributedType.FSDP)
+    if not cuda and loaded.distributed_type in gpu_only:
+        raise ConfigError(f"accelerate config {path} is a GPU config ({loaded.distributed_type}) and this machine "
+                          "has no CUDA: use rlvr's cpu_ddp.yaml (the default here)")
+    mixed = str(loaded.mixed_precision)
+    if bf16 is not None and (mixed == "bf16") != bf16:
+        raise ConfigError(f"accelerate config {path} sets mixed_precision: {mixed} but the training config has "
+                          f"bf16={bf16}: make them agree (e.g. --set bf16={str(mixed == 'bf16').lower()})")
+    return path
 
 
 def run_training(
@@ -40,7 +91,7 @@ def run_training(
     env: a verifiers Environment or an installed environment id (loaded with `env_args`).
     model: a registered name ("tiny-random", "smollm2-135m"), a local path or a hub id.
     server_url: a running `rlvr serve` of the same model; None starts one for the run (main process only)
-        with `serve_args` passed through to it.
+        with `serve_args` passed through to it, serving in the training dtype (`serving_dtype`).
     run_dir: where everything goes (default: config.output_dir).
     resume: True continues from the newest checkpoint in run_dir if there is one; a path resumes from it.
     """
@@ -63,7 +114,8 @@ def run_training(
         if server_url is None and is_main:
             from rlvr.serve import launch
 
-            server_url = stack.enter_context(launch(model=model, extra_args=serve_args or [])).url
+            server_url = stack.enter_context(launch(model=model, extra_args=serve_args or [],
+                                                    dtype=serving_dtype(config, serve_args or []))).url
         trainer = recipe(model, env, config, server_url=server_url)
         if checkpoint:
             check_resume(read_run_state(Path(checkpoint)), trainer.run_state())
