@@ -153,3 +153,20 @@ def test_ppo_refuses_more_than_one_process(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match="--num-processes 1"):
         PPOConfig(output_dir=str(tmp_path), **BASE)
+
+
+def test_gpu_config_is_ragens_webshop_setting(tmp_path):
+    """RAGEN (arXiv 2504.20073; config/webshop_1.5b_train.yaml, train_ppo_main.sh): Qwen2.5-1.5B-Instruct, 9 turns,
+    300 steps, KL 0.001, gamma_H = lambda_H = 0.95, 2 goals x 16 rollouts, actor/critic lr 1e-6/1e-5."""
+    from rlvr.cli.train import read_config
+
+    data = read_config(Path(__file__).parents[2] / "configs" / "train" / "webshop_ppo_gpu.toml")
+    assert (data["env"], data["model"], data["algo"]) == ("vf-webshop", "Qwen/Qwen2.5-1.5B-Instruct", "ppo")
+    assert data["env_args"]["max_turns"] == 9
+    training = {**data["training"], "bf16": False}  # bf16 needs CUDA to build; checked as a value above
+    assert data["training"]["bf16"] is True
+    config = build_config("ppo", {"output_dir": str(tmp_path), **training})
+    assert (config.max_steps, config.kl_reward_coef, config.turn_gamma, config.turn_lam) == (300, 0.001, 0.95, 0.95)
+    assert (config.gae, config.gamma, config.lam, config.beta) == ("bi_level", 1.0, 1.0, 0.0)
+    assert (config.batch_size, config.rollouts_per_example) == (32, 16)
+    assert (config.learning_rate, config.critic_learning_rate, config.value_clip) == (1e-6, 1e-5, 0.5)
