@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 from statistics import mean, stdev
 
 import pytest
@@ -192,3 +193,27 @@ def test_wandb_without_a_key_runs_offline(tmp_path, monkeypatch):
     cfg = config(str(tmp_path), 1, report_to="wandb")
     assert cfg.report_to == ["wandb"]
     assert os.environ["WANDB_MODE"] == "offline"  # transformers' WandbCallback then logs locally
+
+
+def test_the_paper_gpu_config_warms_up_and_clips_like_the_paper(tmp_path):
+    """MT-GRPO's training arguments (SiliangZeng/Multi-Turn-RL-Agent, verifiers/utils/config_utils.py):
+    constant_with_warmup over 20 steps to lr 1e-6, AdamW betas 0.9/0.99, gradient norm clipped at 0.1."""
+    import torch
+    from transformers import get_scheduler
+
+    from rlvr.cli.train import read_config
+    from rlvr.trainer import build_config
+
+    data = read_config(Path(__file__).resolve().parents[2] / "configs" / "train" / "triviaqa_mt_grpo_gpu.toml")
+    training = {**data["training"], "bf16": torch.cuda.is_available()}  # bf16 needs CUDA (or use_cpu) to build
+    cfg = build_config(data["algo"], {"output_dir": str(tmp_path), **training})
+    assert (cfg.adam_beta1, cfg.adam_beta2, cfg.max_grad_norm, cfg.credit) == (0.9, 0.99, 0.1, {"coef": 1.0})
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=cfg.learning_rate)
+    schedule = get_scheduler(cfg.lr_scheduler_type, optimizer, num_warmup_steps=cfg.get_warmup_steps(cfg.max_steps),
+                             num_training_steps=cfg.max_steps)
+    rates = []
+    for _ in range(25):
+        rates.append(schedule.get_last_lr()[0])
+        optimizer.step()
+        schedule.step()
+    assert rates[0] == 0.0 and rates[10] == pytest.approx(0.5e-6) and rates[20:] == [1e-6] * 5
