@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from vf_webshop import load_environment, parse_agent_action
-from webshop_expert import ScriptedClient, expert_action
+from vf_webshop.engine import parse_action
+from webshop_expert import expert_action
+
+from rlvr.testing import ScriptedClient
 
 
 def rows(dataset) -> list[tuple[str, str]]:
@@ -18,6 +24,20 @@ def test_parse_agent_action():
     assert parse_agent_action("Thought: buy it.\nAction: click[Buy Now]") == "click[Buy Now]"
     assert parse_agent_action("search[red shoes] ... no, click[< Prev]") == "click[< Prev]"
     assert parse_agent_action("I will buy it") == ""
+    # the input that took 13 s with the regex (issue 21), and its closed twin
+    assert parse_agent_action("search[" * 30_000) == ""
+    assert parse_agent_action("search[" * 30_000 + "]") == "search[" + "search[" * 29_999 + "]"
+
+
+ACTION_PIECES = st.sampled_from(["search[", "click[", "]", "[", "\n", " ", "a", "xsearch[", "_click[", "é"])
+
+
+@given(st.lists(ACTION_PIECES, max_size=16).map("".join))
+def test_action_parsers_match_the_original_regexes(text):
+    found = re.findall(r"\b(?:search|click)\[[^\]\n]+\]", text)
+    assert parse_agent_action(text) == (found[-1] if found else "")
+    m = re.match(r"(.+)\[(.+)\]", text)  # WebShop engine.py parse_action
+    assert parse_action(text) == ((text, None) if m is None else (m.group(1), m.group(2)))
 
 
 def test_datasets_are_seeded():
@@ -62,6 +82,26 @@ def expert_policy(goals_by_instruction):
         return f"Thought: next step.\nAction: {expert_action(messages[-1]['content'], goal, searches)}"
 
     return policy
+
+
+def test_turn_rewards_cannot_be_farmed_by_searching_again_and_again():
+    """Alternating a hitting search and click[Back to Search] earned 0.1 per search before (0.8 in 15 turns, issue
+    21); the rollout's first hit is paid, the rest are not."""
+    env = load_environment(num_eval_examples=2, max_turns=12)
+    goals = [json.loads(r["info"])["goal"] for r in env.eval_dataset]
+
+    def farmer(messages):
+        goal = next(g for g in goals if g["instruction_text"] in messages[1]["content"])
+        searched = sum(m["role"] == "assistant" and "search[" in m["content"] for m in messages)
+        on_search_page = messages[-1]["content"].split("\n")[-1].startswith("WebShop")
+        return f"search[{goal['name']}]" if on_search_page and searched < 6 else "click[Back to Search]"
+
+    out = asyncio.run(env.evaluate(ScriptedClient(farmer), "farmer", num_examples=2))
+    for state in out["state"]:
+        hits = [s["extras"]["turn_rewards"]["search_hit"] for s in state["trajectory"]]
+        searches = sum(s["extras"]["webshop"]["action"].startswith("search[") for s in state["trajectory"])
+        assert searches == 6 and hits.count(1.0) == 1 and sum(hits) == 1.0
+        assert state["metrics"]["turn_reward"] == pytest.approx(0.1)
 
 
 def test_expert_rollouts_through_verifiers():

@@ -1,10 +1,7 @@
-"""A scripted expert that knows the goal, and an OpenAI-compatible client that plays a policy (tests only)."""
+"""A scripted expert that knows the goal (tests only)."""
 
 from __future__ import annotations
 
-import time
-
-from openai.types.chat import ChatCompletion
 from vf_webshop.engine import SEP, Session
 
 
@@ -39,31 +36,3 @@ def run_expert(session: Session, max_steps: int = 15) -> list[str]:
         actions.append(action)
         assert session.step(action).valid, (action, session.observation())
     return actions
-
-
-class ScriptedClient:
-    """An OpenAI-compatible client whose chat completions come from a policy over the last user message."""
-
-    def __init__(self, policy):
-        self.chat = self
-        self.completions = self
-        self.policy = policy
-        self.base_url = "scripted://"
-
-    async def create(self, model, messages, **kwargs) -> ChatCompletion:
-        content = self.policy(messages)
-        return ChatCompletion.model_validate(
-            {
-                "id": "scripted",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": content},
-                    }
-                ],
-            }
-        )

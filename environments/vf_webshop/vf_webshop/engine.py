@@ -6,14 +6,14 @@ texts joined by ' [SEP] '; clickables lower-cased; SimServer.receive's page tran
 session until the next results page). Templates: web_agent_site/templates/*.html.
 
 Deliberate differences: search is offered on the search page only (WebShop's `has_search_bar`; the original
-text env would also run a search typed elsewhere), and an action that is not available gets an observation
-saying so (the original silently does nothing).
+text env would also run a search typed elsewhere), an action that is not available gets an observation
+saying so (the original silently does nothing), and a query over MAX_QUERY_CHARS is refused (a policy can write
+200 KB; the original has no limit).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
 from vf_webshop.catalog import search_text
@@ -33,13 +33,22 @@ SUB_PAGES = (
     "Reviews",
 )  # engine.py ACTION_TO_TEMPLATE without the hidden Attributes
 
-ACTION_RE = re.compile(r"(.+)\[(.+)\]")  # engine.py parse_action
+MAX_QUERY_CHARS = 500  # a shopper's query is a few words
+SHOWN_ACTION_CHARS = 200  # how much of an invalid action the observation quotes back
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
-    """`search[red shoes]` -> ('search', 'red shoes'); anything else -> (action, None) (engine.py)."""
-    m = ACTION_RE.match(action)
-    return (action, None) if m is None else (m.group(1), m.group(2))
+    """`search[red shoes]` -> ('search', 'red shoes'); anything else -> (action, None).
+
+    engine.py parse_action matches `(.+)\[(.+)\]` from the start: within the first line, the name runs to the
+    last `[` that has a `]` at least two characters later, and the argument to the last `]`. That regex backtracks
+    quadratically over many `[`; this finds the same two positions with str.rfind."""
+    line = action.split("\n", 1)[0]
+    close = line.rfind("]")
+    opening = line.rfind("[", 0, close - 1) if close >= 2 else -1
+    if opening < 1:  # no `[` with a non-empty name before it and a non-empty argument after it
+        return action, None
+    return line[:opening], line[opening + 1 : close]
 
 
 class Shop:
@@ -229,6 +238,9 @@ class Session:
         if arg is not None:
             arg = arg.lower()  # web_agent_text_env.py step(): the argument is lower-cased
         if name == "search" and arg is not None and arg.strip():
+            if len(arg) > MAX_QUERY_CHARS:
+                return self._invalid(action, f"the query has {len(arg):,} characters; search with a few words "
+                                             f"(at most {MAX_QUERY_CHARS})")
             if self.page != "search":
                 return self._invalid(
                     action, f"search is only possible on the search page; click[{BACK_TO_SEARCH}] first"
@@ -277,5 +289,6 @@ class Session:
 
     def _invalid(self, action: str, why: str) -> StepResult:
         valid = ", ".join(self.available_actions()) or "none"
-        text = f"Invalid action {action!r}: {why}. Valid actions: {valid}.\n{self.observation()}"
+        shown = action if len(action) <= SHOWN_ACTION_CHARS else action[:SHOWN_ACTION_CHARS] + "..."
+        text = f"Invalid action {shown!r}: {why}. Valid actions: {valid}.\n{self.observation()}"
         return StepResult(text, valid=False)
