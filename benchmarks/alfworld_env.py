@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import random
 import statistics
@@ -20,8 +21,11 @@ import time
 from pathlib import Path
 
 from verifiers.utils.async_utils import NullAsyncContext
-from vf_alfworld import load_environment
+from vf_alfworld import assets, generate, load_environment
+from vf_alfworld.engine import AlfredGame
 from vf_alfworld.expert import expert_states
+from vf_alfworld.games import solve
+from vf_alfworld.generate import GeneratorConfig
 
 from rlvr.io import atomic_write_json
 from rlvr.testing.client import ScriptedClient
@@ -107,6 +111,34 @@ def timings(engines: TimedEngines) -> dict:
     }
 
 
+def generation_stats(split: str, draws: int) -> dict:
+    """Draws of the generator (seeds `bench/{split}/{i}`): how many fit no task, how many the planner could not
+    solve (or solved in a plan that did not win on replay), and the walkthrough lengths of the rest."""
+    config = GeneratorConfig()
+    floor_plans = tuple(p for p in assets.floor_plans() if (p in assets.UNSEEN_FLOOR_PLANS) == (split == "valid_unseen"))
+    planner, no_fit, unsolved, lengths, seconds = AlfredGame(plan=True), 0, 0, [], []
+    for i in range(draws):
+        start = time.perf_counter()
+        drawn = generate.sample_game(f"bench/{split}/{i}", floor_plans, assets.TASK_TYPES[i % 6], config)
+        if drawn is None:
+            no_fit += 1
+            continue
+        task, scene, description = drawn
+        game = {"pddl_domain": assets.domain_text(), "grammar": generate.grammar_with_task(description),
+                "pddl_problem": generate.pddl_problem(scene, task, name="bench")}  # fmt: skip
+        solved = solve(planner, game, task, config.max_plan_length)
+        seconds.append(time.perf_counter() - start)
+        if solved is None:
+            unsolved += 1
+        else:
+            lengths.append(len(solved[1]))
+    print(f"generation {split}: {draws} draws, {no_fit} fit no task, {unsolved} unsolved, "
+          f"walkthrough {statistics.fmean(lengths):.1f} commands on average")  # fmt: skip
+    return {"draws": draws, "fit_no_task": no_fit, "planned_and_checked": len(lengths) + unsolved,
+            "unsolved": unsolved, "walkthrough_mean": statistics.fmean(lengths), "walkthrough_max": max(lengths),
+            "seconds_per_checked_game_p50": percentile(seconds, 50)}  # fmt: skip
+
+
 def measure(label: str, env_args: dict, rollouts: int) -> dict:
     start = time.perf_counter()
     env = load_environment(**env_args)
@@ -127,12 +159,13 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=24, help="evaluation games per setting")
     parser.add_argument("--rollouts", type=int, default=4, help="random-policy episodes per game")
     parser.add_argument("--max-turns", type=int, default=50, help="turn limit (ALFWorld's evaluations use 50)")
+    parser.add_argument("--draws", type=int, default=120, help="generator draws checked per split")
     parser.add_argument("--data-path", default=None, help="ALFWorld's json_2.1.1 folder, to also measure official games")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "alfworld_env.json")
     args = parser.parse_args()
 
     common = dict(num_train_examples=0, num_eval_examples=args.games, max_turns=args.max_turns)
-    results = {}
+    results = {f"generation_{split}": generation_stats(split, args.draws) for split in ("train", "valid_unseen")}
     with tempfile.TemporaryDirectory() as cache:  # fresh cache: generation is part of the measured load time
         for split in ("valid_seen", "valid_unseen"):
             results[f"alfworld_generated_{split}"] = measure(
@@ -145,9 +178,11 @@ def main() -> None:
     results["twc"] = measure("twc", {**common, "backend": "twc"}, args.rollouts)
     atomic_write_json(args.out, {
         "benchmark": "alfworld_env",
-        "command": f"benchmarks/alfworld_env.py --games {args.games} --rollouts {args.rollouts} --max-turns {args.max_turns}"
+        "command": f"benchmarks/alfworld_env.py --games {args.games} --rollouts {args.rollouts} "
+                   f"--max-turns {args.max_turns} --draws {args.draws}"
                    + (" --data-path <json_2.1.1>" if args.data_path else ""),
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_at_end": os.getloadavg()},
         "date": time.strftime("%Y-%m-%d"),
         "results": results,
     })  # fmt: skip

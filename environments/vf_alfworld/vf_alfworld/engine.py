@@ -85,9 +85,9 @@ def _pddl_env_class():
     class FastResetPddlEnv(PddlEnv):
         """textworld's PddlEnv, which parses the grammar and translates the PDDL problem with fast-downward's Python
         translator at every load and again at every reset (twice: the task and the planner's task): most of the
-        time of a new episode. This one translates a game file once per process (`_TRANSLATED`, shared by all
-        engines) and restores the translation at reset (`_copy_initial_state`); the rest of load and reset is
-        PddlEnv's own (textworld/envs/pddl/pddl.py, textworld 1.7.0)."""
+        time of a new episode. This one translates a game file once per process (`_TRANSLATED`, keyed by path:
+        game files are never rewritten) and restores the translation at reset (`_copy_initial_state`); the rest of
+        load and reset is PddlEnv's own (textworld/envs/pddl/pddl.py, textworld 1.7.0)."""
 
         def load(self, filename_or_data) -> None:
             key = filename_or_data if isinstance(filename_or_data, str) else None
@@ -123,8 +123,7 @@ def _pddl_env_class():
 
 
 class AlfredGame:
-    """One textworld PddlEnv, reused for game after game (each loads its own copy of fast-downward's library).
-    Starting the game it already holds only resets it (a GRPO group plays one game several times)."""
+    """One textworld PddlEnv, reused for game after game (each loads its own copy of fast-downward's library)."""
 
     def __init__(self, plan: bool = False):
         import textworld
@@ -135,20 +134,12 @@ class AlfredGame:
             self._env = AlfredDemangler(_pddl_env_class()(infos))
         self._task: Task | None = None
         self._game_id = ""
-        self._loaded: str | None = None  # the game file held, when it was given as a path
         self._state = None
-
-    @property
-    def loaded(self) -> str | None:
-        return self._loaded
 
     def start(self, game_file: str | dict, task: Task, game_id: str) -> Observation:
         """Load a game (a game.tw-pddl path, or its parsed JSON) and reset it."""
         with TEXTWORLD_LOCK:
-            if not (isinstance(game_file, str) and game_file == self._loaded):
-                self._loaded = None
-                self._env.load(game_file)
-                self._loaded = game_file if isinstance(game_file, str) else None
+            self._env.load(game_file)
             self._task, self._game_id = task, game_id
             self._state = self._env.reset()
             return self._observe(valid=True)
@@ -183,18 +174,14 @@ class AlfredEngines:
 
     name = "alfworld"
 
-    def __init__(self, plan: bool = False):
-        self._plan = plan
+    def __init__(self):
         self._idle: list[AlfredGame] = []
         self._lock = threading.Lock()
 
     def start(self, record: GameRecord) -> tuple[AlfredGame, Observation]:
-        with self._lock:  # an idle engine that holds this game already, else any idle one, else a new one
-            holding = [g for g in self._idle if g.loaded == record.game_file]
-            game = (holding or self._idle or [None])[-1]
-            if game is not None:
-                self._idle.remove(game)
-        game = game or AlfredGame(plan=self._plan)
+        with self._lock:
+            game = self._idle.pop() if self._idle else None
+        game = game or AlfredGame()
         return game, game.start(record.game_file, record.task, record.game_id)
 
     def step(self, game: AlfredGame, command: str) -> Observation:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 from pathlib import Path
 
 from verifiers.utils.async_utils import NullAsyncContext
@@ -24,7 +25,7 @@ from vf_alfworld.games import GameRecord
 
 
 def expert_reply(command: str, description: str) -> Reply:
-    task = description.removeprefix("Your task is to: ").rstrip(".")
+    task = re.sub(r"^Your task is to:?\s*", "", description).rstrip(".")
     return Reply(f"<think>My task is to {task}. Next step: {command}.</think>\n<action>{command}</action>",
                  label=f"expert: {command}")  # fmt: skip
 

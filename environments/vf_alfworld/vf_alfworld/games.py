@@ -76,7 +76,8 @@ def find_game_files(data_path: str | Path, split: str, task_types: tuple[str, ..
     records = []
     for game_file in sorted(split_dir.glob("*/*/game.tw-pddl")):
         trial_dir = game_file.parent
-        if "movable" in str(trial_dir) or "Sliced" in str(trial_dir):
+        relative = str(trial_dir.relative_to(root))
+        if "movable" in relative or "Sliced" in relative:
             continue
         task = task_from_game_dir(trial_dir)
         if task.task_type not in task_types:
