@@ -10,9 +10,6 @@ import pytest
 import verifiers as vf
 from hypothesis import given
 from hypothesis import strategies as st
-from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageToolCall
-from openai.types.chat.chat_completion import Choice
-from openai.types.chat.chat_completion_message_tool_call import Function
 from vf_triviaqa_search import load_environment
 from vf_triviaqa_search.data import load_triviaqa_file
 from vf_triviaqa_search.protocols import NO_CALL_REPLY, SEARCH_FEW_SHOT
@@ -21,6 +18,7 @@ from vf_triviaqa_search.rewards import contains_alias, normalize_triviaqa, xml_t
 from rlvr.data.factworld import FactWorld
 from rlvr.retrieval import BM25Retriever
 from rlvr.rollouts import assign_advantages, from_state, group_by_example
+from rlvr.testing import Reply, ScriptedClient
 
 # The environment's defaults, so the scripted oracle can look facts up in the same world.
 WORLD = dict(world_seed=0, num_entities=300)
@@ -32,33 +30,6 @@ def oracle_facts() -> dict[str, dict]:
     """question -> FactWorld record (entity, answer) for the default synthetic world."""
     world = FactWorld.generate(seed=WORLD["world_seed"], num_entities=WORLD["num_entities"])
     return {q["question"]: q for q in world.single_hop_questions(None)}
-
-
-class ScriptedClient:
-    """Answers chat completion requests with `policy(messages) -> {"content": str, "tool_calls": [(name, args)]}`."""
-
-    def __init__(self, policy):
-        self.policy = policy
-        self.requests: list[dict] = []
-        self.chat = type("Chat", (), {"completions": type("Completions", (), {"create": self._create})()})()
-
-    async def _create(self, model, messages, **kwargs):
-        self.requests.append(kwargs)
-        reply = self.policy(messages)
-        calls = [
-            ChatCompletionMessageToolCall(
-                id=f"call_{i}", type="function", function=Function(name=name, arguments=arguments)
-            )
-            for i, (name, arguments) in enumerate(reply.get("tool_calls", []))
-        ]
-        message = ChatCompletionMessage(role="assistant", content=reply.get("content"), tool_calls=calls or None)
-        return ChatCompletion(
-            id="scripted",
-            object="chat.completion",
-            created=0,
-            model=model,
-            choices=[Choice(index=0, finish_reason="stop", message=message)],
-        )
 
 
 def question_of(messages) -> str:
@@ -81,7 +52,13 @@ def xml_oracle(messages):
 
 
 def run(env: vf.Environment, policy, rollouts: int = 2):
-    client = ScriptedClient(policy)
+    """Rollouts of a policy `messages -> {"content": str, "tool_calls": [(name, arguments)]}`."""
+
+    def as_reply(messages):
+        reply = policy(messages)
+        return Reply(reply.get("content"), tuple(reply.get("tool_calls", ())))
+
+    client = ScriptedClient(as_reply)
     out = env.evaluate_sync(client=client, model="scripted", num_examples=5, rollouts_per_example=rollouts)
     assert all(s["error"] is None for s in out["state"]), [s["error"] for s in out["state"]]
     return out, client
