@@ -29,15 +29,18 @@ def test_scaffold_builds_installs_fresh_and_passes_its_own_tests(tmp_path, rlvr)
     assert sorted(p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()) == [
         "README.md", "pyproject.toml", "tests/test_vf_toy_sum.py", "vf_toy_sum/__init__.py"]
 
-    # The generated tests pass against the generated module.
+    # The generated tests pass against the generated module, the fuzz tests among them (rlvr.testing).
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=project,
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(project)})
     assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert "4 passed" in tests.stdout
+    generated = (project / "vf_toy_sum" / "__init__.py").read_text()
+    assert "turn_rewards=[(tool_execution_reward, 1.0)]" in generated and "estimator" not in generated
 
     built = rlvr("env", "build", "toy-sum", "--path", str(tmp_path))
     assert built.returncode == 0, built.stdout + built.stderr
     assert "check passed: vf-toy-sum 0.1.0 installs into a fresh venv" in built.stdout
-    assert "vf.load_environment gives a ToolEnv" in built.stdout
+    assert "vf.load_environment gives a GuardedToolEnv" in built.stdout
     wheel = project / "dist" / "vf_toy_sum-0.1.0-py3-none-any.whl"
     assert (project / "dist" / "vf_toy_sum-0.1.0.tar.gz").is_file()
     top_level = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
