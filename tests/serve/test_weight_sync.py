@@ -159,11 +159,20 @@ def test_update_matches_a_transformers_forward_of_the_new_weights(
 def test_file_transport_loads_from_an_allowed_dir_and_leaves_nothing_behind(
     sync_server, tiny_model, allowed_dir
 ):
-    client = CPUWeightSyncClient(sync_server.url, admin_token=TOKEN, transport="file", shared_dir=allowed_dir)
     state = original_state(tiny_model)
-    answer = client.update_weights(state)
-    assert answer["transport"] == "file" and answer["num_tensors"] == len(state)
-    assert list(allowed_dir.iterdir()) == [], "the client must delete its weights file and directory"
+    with CPUWeightSyncClient(
+        sync_server.url, admin_token=TOKEN, transport="file", shared_dir=allowed_dir
+    ) as client:
+        for _ in range(2):  # the second update rewrites the same file
+            answer = client.update_weights(state)
+            assert answer["transport"] == "file" and answer["num_tensors"] == len(state)
+            assert [p.name.startswith("rlvr-weights-") for p in allowed_dir.iterdir()] == [True]
+    assert list(allowed_dir.iterdir()) == [], "closing the client must delete its weights file and directory"
+    client = CPUWeightSyncClient(
+        sync_server.url, admin_token=TOKEN, transport="file", shared_dir=allowed_dir, keep_file=False
+    )
+    assert client.update_weights(state)["transport"] == "file"
+    assert list(allowed_dir.iterdir()) == [], "keep_file=False deletes the file after each update"
 
 
 def valid_weights_file(directory: Path) -> Path:

@@ -57,8 +57,9 @@ class CPUWeightSyncClient:
     system temp dir. The server loads from /dev/shm and its temp dir; any other directory needs
     ``rlvr serve --allow-weights-dir DIR``.
 
-    The file transport's file lives (one copy of the weights in RAM) until `close()`, the end of a ``with`` block,
-    garbage collection or interpreter exit.
+    `keep_file`: the file transport keeps its file (one copy of the weights in RAM) between updates and overwrites
+    it in place, until `close()`, the end of a ``with`` block, garbage collection or interpreter exit. False
+    deletes it after each update: no RAM held between updates, but each update writes a new file (slower).
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class CPUWeightSyncClient:
         *,
         transport: str = "auto",
         shared_dir: str | os.PathLike | None = None,
+        keep_file: bool = True,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
@@ -81,6 +83,7 @@ class CPUWeightSyncClient:
             transport = "file" if is_loopback(httpx.URL(self.url).host) else "http"
         self.transport = transport
         self.shared_dir = Path(shared_dir) if shared_dir is not None else None
+        self.keep_file = keep_file
         self._staging: StagingFile | None = None
         self._one_update_at_a_time = threading.Lock()
 
@@ -124,8 +127,8 @@ class CPUWeightSyncClient:
             headers=self._headers,
             timeout=self.timeout,
         )
-        if response.status_code != 200:
-            self.close()  # the server did not load it; keep no copy of the weights around
+        if response.status_code != 200 or not self.keep_file:
+            self.close()  # a refused file is of no use to the server either
         if self._fallback and (
             response.status_code == 404
             or (response.status_code == 400 and _reason(response) in FALLBACK_REASONS)
