@@ -65,7 +65,7 @@ class OnPolicyConfig(RLConfig):
                   "None: micro_batch_size samples each, however long."},
     )
     logprob_chunk_tokens: int = field(
-        default=1024,
+        default=512,
         metadata={"help": "Positions whose vocabulary log-softmax is computed at once; each chunk is recomputed in "
                   "the backward pass, so logits never exist for more positions than this (memory: chunk x vocab)."},
     )

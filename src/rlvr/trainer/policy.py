@@ -54,16 +54,17 @@ def frozen_reference(model: PreTrainedModel, dtype: torch.dtype | None = None) -
 def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor,
                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability of `targets` and the entropy of the tempered distribution at rows of `hidden` (n, H).
-    The softmax is taken in float32 whatever the compute dtype (bf16 logits lose the small probabilities)."""
-    logits = head(hidden).float() / temperature
+    The softmax is taken in float32 whatever the compute dtype (bf16 logits lose the small probabilities). In-place
+    steps where autograd allows them: each (n, vocabulary) temporary is the memory this chunking exists to bound."""
+    logits = head(hidden).float().div_(temperature)  # the head's backward needs its input, not its output
     logprobs = logits.log_softmax(-1)
     with torch.no_grad():
-        entropy = -(logprobs.exp() * logprobs).sum(-1)
+        entropy = -logprobs.exp().mul_(logprobs).sum(-1)
     return logprobs.gather(-1, targets[:, None])[:, 0], entropy
 
 
 def token_logprobs(model, input_ids, attention_mask, keep, temperature: float,
-                   chunk_tokens: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+                   chunk_tokens: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities (at the sampling temperature, as verifiers' RLTrainer.get_logprobs) and entropies of the
     tokens that follow positions `keep`, shape (B, len(keep)).
 
@@ -118,7 +119,7 @@ def check_head_reads_last_hidden_state(model, device) -> None:
 
 
 def reference_logprobs(model, ref_model, input_ids, attention_mask, keep, temperature: float,
-                       chunk_tokens: int = 1024) -> torch.Tensor:
+                       chunk_tokens: int = 512) -> torch.Tensor:
     """The reference policy's log-probabilities: the frozen copy, or (LoRA) the policy with its adapter off."""
     with torch.no_grad():
         if ref_model is not None:
