@@ -137,3 +137,33 @@ def test_kl_to_the_reference_and_two_iterations_per_batch(training_server, tmp_p
     assert second["train/kl"] > 0.0  # one optimizer step later they differ
     assert "timing/generation_s" in first and "timing/generation_s" not in second  # one batch, two passes
     assert len(read_jsonl(tmp_path / "rollouts.jsonl")) == 1
+
+
+@pytest.mark.slow
+def test_an_env_group_of_turn_level_environments_gets_turn_level_credit(training_server, tmp_path):
+    # EnvGroup scores through an EnvGroupRubric that routes each rollout to its environment's rubric; the TurnRubrics
+    # sit in its env_map. Outcome-only GRPO would give both turns of a rollout the same advantage.
+    import verifiers as vf
+
+    from rlvr.rollouts import group_by_example
+    from rlvr.trainer import MTGRPOTrainer
+
+    group = vf.EnvGroup(envs=[load_environment(num_examples=3), load_environment(num_examples=3)],
+                        env_names=["first", "second"])
+    trainer = MTGRPOTrainer("tiny-random", group, config(str(tmp_path), 1), server_url=training_server.url)
+    generated = trainer.rollouts.generate(group, trainer.dataset, 8)
+    rollouts, _ = trainer.make_samples(generated.rollouts)
+    assert {r.task for r in rollouts} == {"first", "second"} and all(r.turn_level for r in rollouts)
+    varied = 0
+    for rollout_group in group_by_example(rollouts):
+        turn_rewards = [r.turn_reward for r in rollout_group]
+        if len(set(turn_rewards)) == 1:
+            continue
+        varied += 1
+        center = mean(turn_rewards)
+        for r, reward in zip(rollout_group, turn_rewards, strict=True):
+            # MT-GRPO (rlvr.credit.mt_grpo): turn 0 (which got the tool result) carries A_out + coef * A_turn,
+            # turn 1 A_out alone, so their difference has the sign of the rollout's turn reward minus the group's.
+            assert r.first_result_turn == 0 and len(r.advantages) == 2
+            assert (r.advantages[0] - r.advantages[1] > 0) == (reward > center), (r.advantages, turn_rewards)
+    assert varied >= 2  # a random policy picks a good letter about half the time: groups of 8 vary
