@@ -6,21 +6,24 @@
     rlvr.testing.strategies  hypothesis strategies for generated outputs (needs hypothesis)
     rlvr.testing.fuzz        check_environment: complete rollouts + scoring, and every property checked
 
-How an environment adds itself: a test module in the environment's tests/ (vf-triviaqa-search's
-tests/test_fuzz.py is a complete example; `rlvr env init` writes one into every new environment):
+How an environment adds itself: a test module in the environment's tests/, named tests/test_<env>_fuzz.py (pytest
+collects every environment's tests in one run, so module names must differ; vf-triviaqa-search's
+tests/test_triviaqa_fuzz.py is a complete example, and `rlvr env init` writes one into every new environment):
 
-    from rlvr.testing import Bounds, Reply, Surface, check_environment, corpus, fuzz
+    from hypothesis import given, settings
+    from rlvr.testing import Bounds, Reply, Surface, check_environment, corpus, fuzz, strategies
 
     SURFACE = Surface(tags=("answer",), tools={"search": {"query": "Ada Lovelace"}},
-                      good=(Reply("", (("search", '{"query": "Ada"}'),), "a search"),))
+                      good=(Reply("", (("search", '{"query": "Ada"}'),), label="a search"),))
     BOUNDS = Bounds(reward=(0.0, 1.0),          # the documented range of the rollout reward
                     turn_reward=(0.0, 0.2),     # ... of one turn's reward
                     turn_total=(0.0, 0.2))      # ... of a rollout's summed turn rewards (the anti-farming cap)
 
-    def test_fuzz_fast():
-        env = load_environment(num_train_examples=4, num_eval_examples=4, max_turns=3)
+    ENV = load_environment(num_train_examples=4, num_eval_examples=1, max_turns=3)
+
+    def test_fuzz_corpus():
         scripts = corpus.scripts(SURFACE, max_turns=3, random_scripts=fuzz.random_scripts(fast=20))
-        check_environment(env, scripts, BOUNDS, probe=[[GOOD_REPLY]])
+        check_environment(ENV, scripts, BOUNDS, probe=[list(SURFACE.good)])
 
     @settings(max_examples=fuzz.hypothesis_examples(), deadline=None)
     @given(strategies.scripts(SURFACE, max_turns=3))
