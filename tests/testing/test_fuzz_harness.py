@@ -20,6 +20,7 @@ from rlvr.testing import (
     Surface,
     check_environment,
     corpus,
+    fuzz,
     strategies,
 )
 
@@ -132,3 +133,14 @@ def test_corpus_covers_what_the_surface_declares():
 @given(strategies.scripts(Surface(tags=("answer",), tools={"search": {"query": "x"}}, actions=("search[{}]",)), 3))
 def test_strategies_make_valid_scripts(script):
     assert 1 <= len(script) <= 3 and all(isinstance(r, Reply) for r in script)
+
+
+def test_reports_are_summarized_per_environment(tmp_path, monkeypatch):
+    path = tmp_path / "fuzz.jsonl"
+    monkeypatch.setenv("RLVR_FUZZ_REPORT", str(path))
+    for name in ("echo", "echo", "other"):
+        check_environment(EchoEnv(), SCRIPTS[:2] if name == "other" else SCRIPTS[:1], BOUNDS, name=name)
+    fuzz.main([str(path), str(tmp_path / "summary.json")])
+    rows = json.loads((tmp_path / "summary.json").read_text())["environments"]
+    assert [(r["environment"], r["checks"], r["rollouts"]) for r in rows] == [("echo", 2, 2), ("other", 1, 2)]
+    assert rows[0]["reward_range"] == [1.0, 1.0] and rows[0]["stop_conditions"] == {"max_turns_reached": 2}

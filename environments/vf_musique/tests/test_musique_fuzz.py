@@ -50,6 +50,6 @@ def test_fuzz_generated():
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(strategies.scripts(SURFACE, MAX_TURNS))
     def run(script):
-        check_environment(environment(), [script], BOUNDS)
+        check_environment(environment(), [script], BOUNDS, name="vf-musique/generated")
 
     run()

@@ -70,6 +70,6 @@ def test_fuzz_generated(protocol):
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(strategies.scripts(SURFACES[protocol], MAX_TURNS))
     def run(script):
-        check_environment(environment(protocol), [script], BOUNDS)
+        check_environment(environment(protocol), [script], BOUNDS, name=f"vf-triviaqa-search/{protocol}/generated")
 
     run()

@@ -11,6 +11,8 @@ detectors, generous on purpose: not speed assertions); the outcome, every turn r
 turn rewards are finite and within the documented ranges; no reward function raised or timed out
 (`reward_errors` = 0); every per-turn advantage of every estimator in `rlvr.credit.ESTIMATORS` is finite; and,
 when `probe` scripts are given, they score the same before and after the fuzz (the environment stays usable).
+
+    python -m rlvr.testing.fuzz REPORTS.jsonl SUMMARY.json   # one row per environment from RLVR_FUZZ_REPORT lines
 """
 
 from __future__ import annotations
@@ -230,3 +232,55 @@ def check_environment(
     if path := os.environ.get(REPORT_VARIABLE):
         append_jsonl(Path(path), asdict(report))
     return report
+
+
+def summarize(reports: list[dict]) -> list[dict]:
+    """The reports of one run merged per environment name (a hypothesis test appends one report per example)."""
+    merged: dict[str, dict] = {}
+    for r in reports:
+        m = merged.setdefault(r["environment"], {
+            "environment": r["environment"], "checks": 0, "rollouts": 0, "groups": 0, "seconds": 0.0,
+            "max_rollout_s": 0.0, "max_scoring_s": 0.0, "reward_range": [math.inf, -math.inf],
+            "turn_reward_range": [math.inf, -math.inf], "max_turn_total": -math.inf, "stop_conditions": {},
+            "errors": {}})
+        m["checks"] += 1
+        for key in ("rollouts", "groups", "seconds"):
+            m[key] += r[key]
+        for key in ("max_rollout_s", "max_scoring_s", "max_turn_total"):
+            m[key] = max(m[key], r[key])
+        for key in ("reward_range", "turn_reward_range"):
+            m[key] = [min(m[key][0], r[key][0]), max(m[key][1], r[key][1])]
+        for key in ("stop_conditions", "errors"):
+            for name, count in r[key].items():
+                m[key][name] = m[key].get(name, 0) + count
+    for m in merged.values():
+        m["seconds"] = round(m["seconds"], 1)
+    return sorted(merged.values(), key=lambda m: m["environment"])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlvr.io import atomic_write_json
+
+    parser = argparse.ArgumentParser(description="Merge RLVR_FUZZ_REPORT lines into one row per environment.")
+    parser.add_argument("reports", type=Path, help="the JSON-lines file RLVR_FUZZ_REPORT pointed at")
+    parser.add_argument("summary", type=Path, help="where to write the merged rows (JSON)")
+    args = parser.parse_args(argv)
+    rows = summarize([json.loads(line) for line in args.reports.read_text().splitlines() if line.strip()])
+    atomic_write_json(args.summary, {"reports": str(args.reports), "environments": rows})
+    table = Table("environment", "rollouts", "escaped", "max rollout s", "max scoring s", "reward", "turn", "turn sum")
+    for m in rows:
+        table.add_row(m["environment"], str(m["rollouts"]), str(sum(m["errors"].values())),
+                      f"{m['max_rollout_s']:.2f}", f"{m['max_scoring_s']:.2f}",
+                      "[{:.2f}, {:.2f}]".format(*m["reward_range"]), "[{:.2f}, {:.2f}]".format(*m["turn_reward_range"]),
+                      f"{m['max_turn_total']:.2f}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
