@@ -91,8 +91,14 @@ def parse_json_object(
 
 
 def tool_parameters(func: Callable, hidden: tuple[str, ...] = ()) -> dict[str, inspect.Parameter]:
-    """The parameters the model fills in: the function's, without `hidden` ones the environment injects."""
-    return {n: p for n, p in inspect.signature(func).parameters.items() if n not in hidden and n != "self"}
+    """The named parameters the model fills in: the function's, without `hidden` ones the environment injects
+    (and without *args / **kwargs)."""
+    return {n: p for n, p in inspect.signature(func).parameters.items()
+            if n not in hidden and n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def _takes_any_keyword(func: Callable) -> bool:
+    return any(p.kind == p.VAR_KEYWORD for p in inspect.signature(func).parameters.values())
 
 
 _ANNOTATIONS = {t.__name__: t for t in JSON_TYPES}
@@ -130,14 +136,14 @@ def check_arguments(tools: Mapping[str, Callable], name: Any, args: dict[str, An
     check_tool_name(tools, name)
     params = tool_parameters(tools[name], hidden)
     example = argument_example(tools[name], hidden)
-    if unknown := sorted(set(args) - set(params)):
+    if (unknown := sorted(set(args) - set(params))) and not _takes_any_keyword(tools[name]):
         names = ", ".join(repr(a[:40]) for a in unknown[:5])
         raise ToolCallError(f"{name} has no argument {names}; call it with {example}")
     missing = [n for n, p in params.items() if p.default is p.empty and n not in args]
     if missing:
         raise ToolCallError(f"{name} needs the argument {', '.join(map(repr, missing))}; call it with {example}")
     for arg, value in args.items():
-        expected = _expected_type(params[arg])
+        expected = _expected_type(params[arg]) if arg in params else None
         if expected is None or _fits(value, expected):
             continue
         kind = JSON_TYPES[expected]

@@ -97,6 +97,12 @@ def test_arguments_are_checked_against_the_signature():
             check_arguments(tools, name, args)
         assert message in str(caught.value)
 
+    def flexible(query: str, **options) -> str:
+        return query
+
+    check_arguments({"flexible": flexible}, "flexible", {"query": "x", "anything": [1]})  # **options takes it
+    assert argument_example(flexible) == '{"query": <string>}'
+
 
 class LookupEnv(GuardedToolEnv):
     def __init__(self, **kwargs):
