@@ -39,7 +39,7 @@ def stages(task: dict, model: str, out: str, small: bool) -> list[tuple[str, str
     """(name, output that marks it done, command) in order."""
     env_args = json.dumps(task["env_args"])
     # sized for 2 shared CPU cores (one SmolLM2 optimizer step over 16 short trajectories takes minutes there)
-    n_collect, n_eval = ("8", "8") if small else ("32", "32")
+    n_collect, n_eval = ("8", "8") if small else ("16", "32")
     batch = ["--set", "batch_size=16", "--set", "micro_batch_size=8"] if not small else [
         "--set", "batch_size=4", "--set", "micro_batch_size=4"]
     quiet = ["--set", "progress=false"]
@@ -61,8 +61,10 @@ def stages(task: dict, model: str, out: str, small: bool) -> list[tuple[str, str
           "--set", "min_reward=1.0"]),
         ("OREO", f"{out}/oreo/value",
          [*RLVR, "train", "--algo", "oreo", "--dataset", f"{out}/collect", "--model", f"{out}/sft/final",
-          "-o", f"{out}/oreo", *batch[:2], "--set", "micro_batch_size=4", *quiet, "--set", "num_train_epochs=1",
-          "--set", "value_learning_rate=5e-5"]),
+          "-o", f"{out}/oreo", "--set", "batch_size=8", "--set", "micro_batch_size=4", *quiet,
+          # 4 steps (32 trajectories): what 2 shared cores allow; the value model's lr is the released
+          # DeepSeekMath script's critic lr (1e-4), the policy's the paper's (5e-6)
+          *(["--set", "max_steps=4"] if not small else []), "--set", "value_learning_rate=1e-4"]),
         ("evaluate base", f"{out}/eval/base/summary.json", [*evaluate, "--model", model, "-o", f"{out}/eval/base"]),
         ("evaluate SFT", f"{out}/eval/sft/summary.json",
          [*evaluate, "--model", f"{out}/sft/final", "-o", f"{out}/eval/sft"]),
@@ -83,6 +85,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="run directory (default runs/oreo-<task>)")
     parser.add_argument("--small", action="store_true", help="a few prompts: a smoke run, not a result")
     parser.add_argument("--until", default=None, help="stop after the stage whose name starts with this")
+    parser.add_argument("--only", default=None, help="run only the stage of this name (stages whose inputs exist "
+                        "can run side by side: e.g. the evaluations while OREO trains)")
     args = parser.parse_args()
     task = TASKS[args.task]
     out = args.out or f"runs/oreo-{args.task}"
@@ -90,6 +94,8 @@ def main() -> None:
            "WANDB_MODE": "offline"}
     log = []
     for name, done, command in stages(task, args.model, out, args.small):
+        if args.only and name != args.only:
+            continue
         shown = shlex.join(["rlvr" if c == RLVR[-1] else c for c in command if c not in RLVR[:2]])
         if Path(done).exists():
             print(f"[skip] {name}: {done} exists")
@@ -99,7 +105,7 @@ def main() -> None:
             subprocess.run(command, check=True, env=env, cwd=ROOT)
             log.append({"stage": name, "seconds": round(time.time() - start, 1)})
         log.append({"stage": name, "command": shown})
-        if args.until and name.startswith(args.until):
+        if (args.until and name.startswith(args.until)) or args.only:
             return
     report(args.task, task, out, args.model, log)
 

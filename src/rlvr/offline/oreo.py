@@ -161,7 +161,7 @@ class OREOTrainer(OfflineRecipe, Trainer):
             self.value_model.parameters(), lr=args.value_learning_rate, betas=(args.adam_beta1, args.adam_beta2),
             eps=args.adam_epsilon, weight_decay=args.weight_decay)
         self.value_scheduler = None
-        self._pending_value_scheduler: dict | None = None  # restored before the scheduler exists (resume)
+        self._resumed_value_state: dict | None = None  # read at resume, applied once the scheduler exists
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}  # averaged by hf_overrides.log
 
     # ------------------------------------------------------------ the value model's optimizer and schedule
@@ -170,9 +170,12 @@ class OREOTrainer(OfflineRecipe, Trainer):
         self.value_scheduler = get_scheduler(
             self.args.lr_scheduler_type, self.value_optimizer,
             num_warmup_steps=self.args.get_warmup_steps(num_training_steps), num_training_steps=num_training_steps)
-        if self._pending_value_scheduler is not None:
-            self.value_scheduler.load_state_dict(self._pending_value_scheduler)
-            self._pending_value_scheduler = None
+        if self._resumed_value_state is not None:
+            # after the scheduler is built, as transformers restores the policy's (_load_optimizer_and_scheduler):
+            # building a scheduler resets the optimizer's learning rate to the schedule's start
+            self.value_optimizer.load_state_dict(self._resumed_value_state["optimizer"])
+            self.value_scheduler.load_state_dict(self._resumed_value_state["scheduler"])
+            self._resumed_value_state = None
         return scheduler
 
     def save_extra_state(self, checkpoint_dir: Path) -> None:
@@ -186,12 +189,8 @@ class OREOTrainer(OfflineRecipe, Trainer):
 
         weights = load_file(str(Path(checkpoint_dir) / VALUE_DIR / "model.safetensors"))
         self.value_model.load_state_dict(weights)
-        state = torch.load(Path(checkpoint_dir) / VALUE_STATE, weights_only=True)
-        self.value_optimizer.load_state_dict(state["optimizer"])
-        if self.value_scheduler is not None:
-            self.value_scheduler.load_state_dict(state["scheduler"])
-        else:
-            self._pending_value_scheduler = state["scheduler"]
+        # transformers calls this before it builds the optimizers and schedulers; create_scheduler applies it
+        self._resumed_value_state = torch.load(Path(checkpoint_dir) / VALUE_STATE, weights_only=True)
 
     # ------------------------------------------------------------ one micro-batch
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
