@@ -16,7 +16,7 @@ from vf_alfworld import engine as engine_module
 from vf_alfworld import load_environment
 from vf_alfworld.expert import expert_reply, export_expert_dataset
 from vf_alfworld.games import GameRecord
-from vf_alfworld.protocol import NO_ACTION_REPLY
+from vf_alfworld.protocol import NO_ACTION_REPLY, parse_action
 
 from rlvr.rollouts import assign_advantages, from_state
 from rlvr.testing import ScriptedClient
@@ -199,3 +199,13 @@ def test_expert_trajectories_export_in_rlvr_predicts_layout(small_env, tmp_path)
         assert record["completion"][0]["content"].startswith("<think>My task is to ")
     dataset = load_from_disk(str(out / "dataset"))
     assert len(dataset) == len(records) and "turn_rewards" in dataset.column_names
+
+
+def test_a_worked_example_precedes_the_game_unless_turned_off(small_env, twc_env, game_cache):
+    for env, backend in ((small_env, "alfworld"), (twc_env, "twc")):
+        prompt = env.get_eval_dataset()[0]["prompt"]
+        assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user"]
+        assert parse_action(prompt[2]["content"], backend) in ("go to drawer 1", "take dirty plate")
+        assert "Available actions: " in prompt[1]["content"]
+    bare = load_environment(num_train_examples=6, num_eval_examples=6, few_shot=False, cache_dir=game_cache)
+    assert [m["role"] for m in bare.get_eval_dataset()[0]["prompt"]] == ["system", "user"]

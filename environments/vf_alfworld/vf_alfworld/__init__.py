@@ -15,7 +15,7 @@ from vf_alfworld.engine import TWC_DEFAULT_PARAMS, AlfredEngines, TwcEngines
 from vf_alfworld.env import AlfWorldEnv
 from vf_alfworld.games import GameRecord, check_split, load_games, task_types_of
 from vf_alfworld.generate import GeneratorConfig
-from vf_alfworld.protocol import ALFWORLD_PROMPT, TWC_PROMPT
+from vf_alfworld.protocol import ALFWORLD_PROMPT, TWC_PROMPT, few_shot_messages
 from vf_alfworld.rewards import final_progress, subgoal_progress, valid_action, won
 
 __all__ = ["load_environment", "AlfWorldEnv", "GameRecord"]
@@ -38,6 +38,7 @@ def load_environment(
     seed: int = 0,
     max_turns: int = 30,
     show_admissible: bool = True,
+    few_shot: bool = True,
     max_receptacles: int = 10,
     max_distractors: int = 8,
     cache_dir: str | None = None,
@@ -63,4 +64,5 @@ def load_environment(
     )
     return AlfWorldEnv(engines, show_admissible=show_admissible, dataset=_rows(train), eval_dataset=_rows(evaluation),
                        system_prompt=ALFWORLD_PROMPT if backend == "alfworld" else TWC_PROMPT, rubric=rubric,
+                       few_shot=few_shot_messages(backend, show_admissible) if few_shot else None,
                        max_turns=max_turns, **kwargs)  # fmt: skip

@@ -26,6 +26,23 @@ Think briefly inside <think>...</think>, then write exactly one action inside <a
 <action>take dirty socks</action>
 Actions: take O, put O in X, put O on X, open X, close X, look around, inventory."""
 
+# One worked exchange in a made-up room, shown before the game when few_shot=True: small models copy the format
+# from it (vf-triviaqa-search found the same for SmolLM2-135M, which never wrote a tag from instructions alone).
+FEW_SHOT_EXCHANGES = {
+    "alfworld": (
+        "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, you see "
+        "a drawer 1, and a shelf 1.\n\nYour task is to: put some pen on shelf.",
+        ("go to drawer 1", "go to shelf 1", "help", "inventory", "look"),
+        "<think>A pen is usually in a drawer.</think>\n<action>go to drawer 1</action>",
+    ),
+    "twc": (
+        "Your task is to pick up objects, then place them in their usual locations in the environment.\n\n"
+        "You are in the kitchen. In one part of the room you see a fridge that is closed. There is also a dirty plate.",
+        ("inventory", "look around", "open fridge", "take dirty plate"),
+        "<think>The dirty plate does not belong here, so I pick it up first.</think>\n<action>take dirty plate</action>",
+    ),
+}
+
 NO_ACTION_REPLY = "No action found. End your reply with one action inside <action></action>, e.g. <action>look</action>."
 
 MAX_ACTION_CHARS = 200
@@ -75,3 +92,9 @@ def format_observation(text: str, admissible: tuple[str, ...], show_admissible: 
     if not show_admissible:
         return text
     return f"{text}\n\nAvailable actions: {', '.join(admissible)}"
+
+
+def few_shot_messages(backend: str, show_admissible: bool) -> list[dict[str, str]]:
+    observation, admissible, reply = FEW_SHOT_EXCHANGES[backend]
+    return [{"role": "user", "content": format_observation(observation, admissible, show_admissible)},
+            {"role": "assistant", "content": reply}]  # fmt: skip
