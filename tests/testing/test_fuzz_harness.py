@@ -20,9 +20,9 @@ from rlvr.testing import (
     Surface,
     check_environment,
     corpus,
-    fuzz,
     strategies,
 )
+from rlvr.testing.__main__ import main as summarize_main
 
 BOUNDS = Bounds(reward=(0.0, 1.0), turn_reward=(0.0, 0.5), turn_total=(0.0, 0.5), rollout_s=10, scoring_s=10)
 
@@ -140,7 +140,7 @@ def test_reports_are_summarized_per_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_FUZZ_REPORT", str(path))
     for name in ("echo", "echo", "other"):
         check_environment(EchoEnv(), SCRIPTS[:2] if name == "other" else SCRIPTS[:1], BOUNDS, name=name)
-    fuzz.main([str(path), str(tmp_path / "summary.json")])
+    summarize_main([str(path), str(tmp_path / "summary.json")])
     rows = json.loads((tmp_path / "summary.json").read_text())["environments"]
     assert [(r["environment"], r["checks"], r["rollouts"]) for r in rows] == [("echo", 2, 2), ("other", 1, 2)]
     assert rows[0]["reward_range"] == [1.0, 1.0] and rows[0]["stop_conditions"] == {"max_turns_reached": 2}

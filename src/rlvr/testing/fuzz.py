@@ -12,7 +12,7 @@ turn rewards are finite and within the documented ranges; no reward function rai
 (`reward_errors` = 0); every per-turn advantage of every estimator in `rlvr.credit.ESTIMATORS` is finite; and,
 when `probe` scripts are given, they score the same before and after the fuzz (the environment stays usable).
 
-    python -m rlvr.testing.fuzz REPORTS.jsonl SUMMARY.json   # one row per environment from RLVR_FUZZ_REPORT lines
+    python -m rlvr.testing REPORTS.jsonl SUMMARY.json   # one row per environment from RLVR_FUZZ_REPORT lines
 """
 
 from __future__ import annotations
@@ -257,30 +257,3 @@ def summarize(reports: list[dict]) -> list[dict]:
         m["seconds"] = round(m["seconds"], 1)
     return sorted(merged.values(), key=lambda m: m["environment"])
 
-
-def main(argv: Sequence[str] | None = None) -> None:
-    import argparse
-    import json
-
-    from rich.console import Console
-    from rich.table import Table
-
-    from rlvr.io import atomic_write_json
-
-    parser = argparse.ArgumentParser(description="Merge RLVR_FUZZ_REPORT lines into one row per environment.")
-    parser.add_argument("reports", type=Path, help="the JSON-lines file RLVR_FUZZ_REPORT pointed at")
-    parser.add_argument("summary", type=Path, help="where to write the merged rows (JSON)")
-    args = parser.parse_args(argv)
-    rows = summarize([json.loads(line) for line in args.reports.read_text().splitlines() if line.strip()])
-    atomic_write_json(args.summary, {"reports": str(args.reports), "environments": rows})
-    table = Table("environment", "rollouts", "escaped", "max rollout s", "max scoring s", "reward", "turn", "turn sum")
-    for m in rows:
-        table.add_row(m["environment"], str(m["rollouts"]), str(sum(m["errors"].values())),
-                      f"{m['max_rollout_s']:.2f}", f"{m['max_scoring_s']:.2f}",
-                      "[{:.2f}, {:.2f}]".format(*m["reward_range"]), "[{:.2f}, {:.2f}]".format(*m["turn_reward_range"]),
-                      f"{m['max_turn_total']:.2f}")
-    Console().print(table)
-
-
-if __name__ == "__main__":
-    main()
