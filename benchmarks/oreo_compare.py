@@ -64,7 +64,9 @@ def stages(task: dict, model: str, out: str, small: bool) -> list[tuple[str, str
           "-o", f"{out}/oreo", "--set", "batch_size=8", "--set", "micro_batch_size=4", *quiet,
           # 4 steps (32 trajectories): what 2 shared cores allow; the value model's lr is the released
           # DeepSeekMath script's critic lr (1e-4), the policy's the paper's (5e-6)
-          *(["--set", "max_steps=4"] if not small else []), "--set", "value_learning_rate=1e-4"]),
+          *(["--set", "max_steps=4"] if not small else []), "--set", "value_learning_rate=1e-4",
+          # a checkpoint per step, resumed: the shared machine's OOM killer ended two attempts
+          "--set", "save_steps=1", "--resume"]),
         ("evaluate base", f"{out}/eval/base/summary.json", [*evaluate, "--model", model, "-o", f"{out}/eval/base"]),
         ("evaluate SFT", f"{out}/eval/sft/summary.json",
          [*evaluate, "--model", f"{out}/sft/final", "-o", f"{out}/eval/sft"]),
