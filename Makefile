@@ -9,7 +9,7 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_M
 LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet
 
-.PHONY: setup test test-fast demo bench lint lock lock-check clean
+.PHONY: setup test test-fast fuzz demo bench lint lock lock-check clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,12 @@ test: setup lock-check
 test-fast: setup
 	$(OFFLINE) $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+# The long fuzz profile: thousands of adversarial rollouts through every environment (rlvr.testing), summarised.
+fuzz: setup
+	mkdir -p runs && rm -f runs/fuzz_long.jsonl
+	RLVR_FUZZ=long RLVR_FUZZ_REPORT=runs/fuzz_long.jsonl $(OFFLINE) $(BIN)/python -m pytest -q environments -k fuzz
+	$(BIN)/python -m rlvr.testing runs/fuzz_long.jsonl benchmarks/results/fuzz_long.json
 
 demo: setup
 	$(OFFLINE) $(BIN)/rlvr demo

@@ -64,11 +64,12 @@ def train(
 ) -> None:
     """MT-GRPO (or --algo) on vf-musique: `rlvr train --config configs/train/musique_mt_grpo_cpu.toml`."""
     set_verbosity(verbose)
-    rlvr_train.train(
-        env=ENV, model=model, algo=algo, config=config, overrides=[f"max_steps={max_steps}", *overrides],
-        env_args=env_args(dataset, data_path, retriever, num_train_examples=num_train_examples),
-        server=server, run_dir=run_dir, resume=False, num_processes=1, accelerate_config=None, list_algos=False,
+    plan = rlvr_train.resolve_plan(
+        config, ENV, model, algo, [f"max_steps={max_steps}", *overrides],
+        env_args(dataset, data_path, retriever, num_train_examples=num_train_examples), server, run_dir, resume=False,
     )
+    rlvr_train.run_plan(plan)
+    rlvr_train.console.print(f"run directory: {plan.run_dir}")
 
 
 @app.command()

@@ -47,6 +47,13 @@ def load_env(name: str, env_args: dict[str, Any] | None = None):
     import verifiers as vf
 
     env_args = env_args or {}
+    moved = sorted({"estimator", "estimator_params", "algo"} & set(env_args))
+    if moved:
+        raise EnvironmentLoadError(
+            f"{moved} in the environment arguments of {name}: environments carry environment settings only. Choose "
+            "the algorithm with `rlvr train --algo` and its parameters with `--set credit.NAME=VALUE` (TOML: "
+            "[training.credit])"
+        )
     module_name = name.replace("-", "_").split("/")[-1]
     if importlib.util.find_spec(module_name) is None:
         installed = ", ".join(installed_environment_names()) or "none"

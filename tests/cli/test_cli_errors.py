@@ -98,6 +98,13 @@ def test_credit_parameters_are_checked_against_the_algorithm(tmp_path):
     assert result.says("--set 'max_steps.x=1': max_steps is not a table option"), result
 
 
+def test_the_algorithm_is_refused_as_an_environment_argument():
+    result = fails("evaluate", "--env", "vf-triviaqa-search", "--endpoint", DEAD_URL,
+                   "--env-args", json.dumps({**TRIVIAQA_ARGS, "estimator": "mt_grpo"}))
+    assert result.says("['estimator'] in the environment arguments of vf-triviaqa-search"), result
+    assert result.says("rlvr train --algo"), result
+
+
 def test_missing_env_or_model():
     result = fails("train", "--env", "vf-triviaqa-search")
     assert result.says("give --env and --model (or env/model in --config)"), result

@@ -99,7 +99,7 @@ def test_musique_train_wrapper_reaches_the_trainer(musique_scripts, tmp_path):
     assert result.says("the rollout server at http://127.0.0.1:9 is unreachable"), result
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["env_args"] == {"retriever": "golden", "max_turns": 4, "hops": [2], "num_train_examples": 8,
-                                  "num_eval_examples": 32, "dataset": "synthetic", "estimator": "mt_grpo"}
+                                  "num_eval_examples": 32, "dataset": "synthetic"}
     assert config["training"]["max_steps"] == 3 and config["model"] == "tiny-random"
 
 

@@ -26,6 +26,7 @@ import functools
 import inspect
 import logging
 import math
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -117,6 +118,7 @@ class TurnRubric(vf.RubricGroup):
                     "pass it in rubrics=[vf.Rubric(funcs=[...])] instead"
                 )
         self.credit = dict(credit or {})
+        self._sync_worker: _RewardWorker | None = None
         self.is_tool_result = is_tool_result or default_is_tool_result
 
     # A RubricGroup delegates these to its first member; TurnRubric keeps its own functions.
@@ -191,9 +193,22 @@ class TurnRubric(vf.RubricGroup):
             step["reward"] = math.fsum(w * values[reward_name(f)] for f, w in self.turn_rewards)
             extras = step.get("extras") or {}
             extras["turn_rewards"] = values
-            extras["tool_result"] = bool(self.is_tool_result(env_reply))
+            extras["tool_result"] = self._tool_result(env_reply, state, errors)
             step["extras"] = extras
         return totals
+
+    def _worker(self) -> _RewardWorker:
+        if self._sync_worker is None:
+            self._sync_worker = _RewardWorker()
+        return self._sync_worker
+
+    def _tool_result(self, env_reply, state: State, errors: list[int]) -> bool:
+        try:
+            return bool(self.is_tool_result(env_reply))
+        except Exception as e:  # counted like a failing reward function: the rollout still gets scored
+            logger.error(f"is_tool_result failed (example {state.get('example_id')}): {e!r}: taken as no result")
+            errors[0] += 1
+            return False
 
     def _outcome_args(self, state: State) -> dict[str, Any]:
         return {
@@ -214,9 +229,10 @@ class TurnRubric(vf.RubricGroup):
                 if inspect.iscoroutinefunction(func):
                     value = await asyncio.wait_for(func(**available), self.timeout_s)
                 else:
-                    value = await asyncio.wait_for(_in_daemon_thread(func, available), self.timeout_s)
+                    value = await asyncio.wait_for(self._worker().submit(func, available), self.timeout_s)
             value = float(value)
         except TimeoutError:
+            self._sync_worker = None  # may still be running the abandoned call: the next call gets a new thread
             logger.error(f"reward function {where} took longer than {self.timeout_s:g} s: scored 0")
             errors[0] += 1
             return 0.0
@@ -231,30 +247,43 @@ class TurnRubric(vf.RubricGroup):
         return value
 
 
-def _in_daemon_thread(func: Callable, kwargs: dict) -> asyncio.Future:
-    """Run a synchronous reward function in its own daemon thread. Not asyncio.to_thread: a call abandoned after its
-    time limit would keep the default executor busy, and `asyncio.run` (and interpreter exit, for executor threads)
-    waits for those threads; a daemon thread is left behind instead."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
+class _RewardWorker:
+    """One daemon thread that runs synchronous reward functions one after another (they may share state such as a
+    search index). Not asyncio.to_thread: a call abandoned after its time limit would keep the default executor
+    busy, and `asyncio.run` (and interpreter exit, for executor threads) waits for those threads. A worker whose
+    call timed out is abandoned and replaced; being a daemon, it never holds up the process. Reusing the thread
+    matters: starting one per call cost three quarters of the scoring time of a WebShop batch."""
 
-    def settle(outcome: Callable[[], None]) -> None:
-        if not future.done():
-            outcome()
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="reward-worker", daemon=True).start()
 
-    def run() -> None:
-        try:
-            value = func(**kwargs)
-            outcome = functools.partial(future.set_result, value)
-        except BaseException as e:  # handed to the awaiting coroutine, which logs and counts it
-            outcome = functools.partial(future.set_exception, e)
-        try:
-            loop.call_soon_threadsafe(settle, outcome)
-        except RuntimeError:  # the loop closed while an abandoned call was still running
-            pass
+    def submit(self, func: Callable, kwargs: dict) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.jobs.put((func, kwargs, loop, future))
+        return future
 
-    threading.Thread(target=run, name=f"reward-{reward_name(func)}", daemon=True).start()
-    return future
+    def _run(self) -> None:
+        while True:
+            func, kwargs, loop, future = self.jobs.get()
+            try:
+                outcome = functools.partial(_settle, future, value=func(**kwargs))
+            except BaseException as e:  # handed to the awaiting coroutine, which logs and counts it
+                outcome = functools.partial(_settle, future, error=e)
+            try:
+                loop.call_soon_threadsafe(outcome)
+            except RuntimeError:  # the loop closed while an abandoned call was still running
+                pass
+
+
+def _settle(future: asyncio.Future, value=None, error: BaseException | None = None) -> None:
+    if future.done():  # the caller gave up (time limit) or was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
 
 
 def find_turn_rubrics(rubric: vf.Rubric) -> list[TurnRubric]:
