@@ -132,3 +132,28 @@ def test_cli_overrides_and_errors(tmp_path):
     (out / "study.json").write_text(json.dumps({"settings": stored.to_dict()}))
     code, text = study("--config", config, "--out", out, "--dry-run")
     assert code == 2 and "started with other settings" in text and "'max_steps': 9" in text, text
+
+
+def test_every_registered_recipe_fits_in_a_grid(tmp_path):
+    """PPO takes the shared budget; offline recipes (sft, oreo) need their trajectories and take only the shared
+    step budget, keeping their own learning rate and KL strength (same names, other meanings)."""
+    from rlvr.trainer.recipes import ALGORITHMS
+
+    training = {"max_steps": 3, "batch_size": 4, "rollouts_per_example": 2, "micro_batch_size": 2,
+                "learning_rate": 5e-5, "beta": 0.0, "temperature": 0.7}
+    with pytest.raises(StudyError, match=r'set \[offline_datasets\] oreo = "DIR".*rlvr collect'):
+        settings(algos=["grpo", "oreo"], training=training)
+    offline = [a for a in ("sft", "oreo") if a in ALGORITHMS]
+    s = settings(algos=["grpo", *(a for a in ("ppo",) if a in ALGORITHMS), *offline], training=training,
+                 offline_datasets=dict.fromkeys(offline, str(tmp_path / "collect")))
+    check_study(s, tmp_path / "study")
+    for algo in offline:
+        options = s.cell_training(algo)
+        assert options["max_steps"] == 3 and options["batch_size"] == 4
+        assert not {"learning_rate", "beta", "temperature", "rollouts_per_example", "use_lora"} & set(options)
+        assert cell_config(s, algo, 1, tmp_path / algo).learning_rate != 5e-5  # the recipe's own
+    if "oreo" in offline:
+        assert cell_config(s, "oreo", 1, tmp_path / "oreo").beta != 0.0
+    code, text = study("--env", "vf-triviaqa-search", "--model", "tiny-random", "--algos", "grpo", "--seeds", "0",
+                       "--steps", "2", "--out", tmp_path / "x", "--dry-run", "--offline-dataset", "oreo")
+    assert code == 2 and "--offline-dataset 'oreo': write ALGO=DIR" in text

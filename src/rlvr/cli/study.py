@@ -37,10 +37,17 @@ def apply_overrides(data: dict[str, Any], items: list[str]) -> None:
             check_algo(algo)
             options = data.setdefault("algo_options", {}).setdefault(algo, {})
             apply_override(options, item.split(":", 1)[1], algo)
-        else:  # an option of every cell: valid for every algorithm of the grid
-            for name in data["algos"]:
+        else:  # an option of every cell: valid for every on-policy algorithm of the grid
+            online = on_policy(data["algos"])
+            for name in online:
                 check_keys([key.partition(".")[0]], name, "--set")
-            apply_override(data["training"], item, data["algos"][0])
+            apply_override(data["training"], item, (online or data["algos"])[0])
+
+
+def on_policy(algos: list[str]) -> list[str]:
+    from rlvr.study.settings import is_offline
+
+    return [a for a in algos if not is_offline(a)]
 
 
 def check_training_keys(data: dict[str, Any], where: str) -> None:
@@ -49,6 +56,7 @@ def check_training_keys(data: dict[str, Any], where: str) -> None:
 
     for algo in data.get("algos") or []:
         check_algo(algo)
+    for algo in on_policy(data.get("algos") or []):  # offline recipes take the shared options they have
         check_keys(data.get("training", {}), algo, f"[training] of {where}")
     for algo, options in data.get("algo_options", {}).items():
         check_algo(algo)
@@ -57,7 +65,8 @@ def check_training_keys(data: dict[str, Any], where: str) -> None:
 
 def resolve_settings(config: Path | None, env: str | None, model: str | None, algos: str | None,
                      seeds: str | None, steps: int | None, overrides: list[str], env_args: str,
-                     eval_examples: int | None, eval_rollouts: int | None, baseline: str | None):
+                     eval_examples: int | None, eval_rollouts: int | None, baseline: str | None,
+                     offline_datasets: list[str] = ()):
     """The study's settings: the TOML file, then the command-line options on top; checked before anything runs."""
     from rlvr.study.settings import StudyError, StudySettings, read_settings_file
 
@@ -86,6 +95,11 @@ def resolve_settings(config: Path | None, env: str | None, model: str | None, al
             data["evaluation"][key] = value
     if baseline is not None:
         data["report"]["baseline"] = baseline
+    for item in offline_datasets:
+        algo, sep, directory = item.partition("=")
+        if not sep or not directory:
+            raise fail(f"--offline-dataset {item!r}: write ALGO=DIR, e.g. --offline-dataset oreo=runs/collect")
+        data["offline_datasets"] = {**data.get("offline_datasets", {}), algo: directory}
     try:
         return StudySettings.from_dict(data)
     except (StudyError, TypeError) as err:
@@ -143,6 +157,9 @@ def study(
     eval_examples: int | None = typer.Option(None, "--eval-examples", help="Held-out examples per evaluation."),
     eval_rollouts: int | None = typer.Option(None, "--eval-rollouts", help="Sampled rollouts per held-out example."),
     baseline: str | None = typer.Option(None, "--baseline", help="Algorithm the others are compared with."),
+    offline_datasets: list[str] = typer.Option(
+        [], "--offline-dataset", help="ALGO=DIR: the trajectories (`rlvr collect`) an offline algorithm (sft, oreo) "
+        "trains on."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and each cell's state; run nothing."),
 ) -> None:
     """Compare algorithms over seeds under one budget: train every (algorithm, seed) cell, evaluate before and
@@ -151,7 +168,7 @@ def study(
     from rlvr.study.settings import StudyError
 
     settings = resolve_settings(config, env, model, algos, seeds, steps, overrides, env_args, eval_examples,
-                                eval_rollouts, baseline)
+                                eval_rollouts, baseline, offline_datasets)
     try:
         check_study(settings, out)
     except StudyError as err:

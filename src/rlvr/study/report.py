@@ -45,7 +45,8 @@ class CellRecord:
     seed: int
     after: dict[str, Stat]  # held-out evaluation of the final weights
     curves: dict[str, dict[int, float]]  # rollout statistic -> step -> mean over the step's training batch
-    reward_std: dict[int, float]  # step -> std of the outcome reward within the step's batch
+    steps: int  # optimizer steps logged
+    reward_std: dict[int, float]  # step -> std of the outcome reward within the step's batch (on-policy recipes)
     tokens_generated: float  # completion tokens generated in training
     wall_s: dict[str, float]
     resumed_from: str | None
@@ -65,7 +66,7 @@ def read_cell(layout: StudyLayout, algo: str, seed: int) -> CellRecord:
             if is_rollout_statistic(key) and isinstance(value, int | float) and not isinstance(value, bool):
                 curves.setdefault(key, {})[int(record["step"])] = float(value)
     return CellRecord(
-        algo=algo, seed=seed, after=read_summary(layout.eval(unit)), curves=curves,
+        algo=algo, seed=seed, after=read_summary(layout.eval(unit)), curves=curves, steps=len(steps),
         reward_std={int(r["step"]): float(r["reward/std"]) for r in steps if "reward/std" in r},
         tokens_generated=sum(float(r.get("tokens/generated", 0.0)) for r in steps),
         wall_s=done["wall_s"], resumed_from=done.get("resumed_from"),
@@ -148,6 +149,8 @@ def fmt_diff(diff: PairedDifference) -> str:
 
 
 def fmt_collapse(collapse: Collapse, steps: int) -> str:
+    if steps == 0:
+        return "n/a (no rollouts in training)"
     if collapse.collapsed is None:
         return f"n/a ({steps} < {collapse.window} steps)"
     if collapse.collapsed:
@@ -177,6 +180,10 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
               f"`{json.dumps(s['env_args'])}`. Held-out evaluation before training (once per seed, the base model) "
               f"and after (every cell): the same {ev['examples']} examples x {ev['rollouts']} sampled rollouts "
               f"({sampling})."]
+    for algo, directory in s.get("offline_datasets", {}).items():
+        if algo in s["algos"]:
+            lines.append(f"{algo} trains offline on the trajectories in `{directory}` (no rollouts of its own): its "
+                         "budget is that dataset and the shared max_steps x batch_size.")
     for algo, options in s["algo_options"].items():
         if algo in s["algos"]:
             lines.append(f"Options of {algo} only: " + ", ".join(f"{k} = {v}" for k, v in options.items()) + ".")
@@ -217,12 +224,11 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
     headline = [m for m in rep.headline if m in metrics]
     rows = []
     for cell in sorted(data.cells, key=lambda c: (algos.index(c.algo), c.seed)):
-        steps = len(cell.reward_std)
         rows.append([
             cell.algo, cell.seed, *(fmt_stat(cell.after[m]) if m in cell.after else "n/a" for m in headline),
-            fmt_collapse(data.collapse(cell), steps),
+            fmt_collapse(data.collapse(cell), len(cell.reward_std)),
             "yes" if "reward" in cell.after and is_constant(cell.after["reward"]) else "no",
-            steps, f"{cell.tokens_generated:.0f}", _minutes(cell.wall_s.get("training", math.nan)),
+            cell.steps, f"{cell.tokens_generated:.0f}", _minutes(cell.wall_s.get("training", math.nan)),
             _minutes(cell.wall_s.get("evaluation", math.nan)), _minutes(cell.wall_s.get("total", math.nan)),
             "-" if not cell.resumed_from else Path(cell.resumed_from).name,
         ])
@@ -252,7 +258,7 @@ def summary_record(data: StudyData) -> dict[str, Any]:
         "settings": data.settings,
         "base": {f"seed-{s}": stats(v) for s, v in data.bases.items()},
         "cells": [{"algo": c.algo, "seed": c.seed, "after": stats(c.after), "collapse": asdict(data.collapse(c)),
-                   "steps": len(c.reward_std), "tokens_generated": c.tokens_generated, "wall_s": c.wall_s,
+                   "steps": c.steps, "tokens_generated": c.tokens_generated, "wall_s": c.wall_s,
                    "resumed_from": c.resumed_from} for c in data.cells],
         "algorithms": {a: {m: asdict(across_seeds(data.values(a, m))) for m in data.metrics} for a in data.algos},
         "paired": {a: {m: asdict(data.paired(a, m)) for m in data.metrics}

@@ -29,7 +29,7 @@ from rich.console import Console
 from rlvr import evaluation
 from rlvr.io import atomic_write_json
 from rlvr.study.layout import StudyLayout
-from rlvr.study.settings import StudyError, StudySettings, merge_grids
+from rlvr.study.settings import StudyError, StudySettings, is_offline, merge_grids
 
 console = Console()
 
@@ -160,6 +160,7 @@ def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: st
 
     # The demo's loader of a final/ directory into a running server (tied embeddings handled there).
     from rlvr.demo import _sync_final_weights
+    from rlvr.offline.run import train_offline
     from rlvr.trainer import run_training
 
     unit = layout.cell(algo, seed)
@@ -175,8 +176,12 @@ def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: st
             console.print(f"resuming from {resumed_from}")
         # The checkpoint path itself (run_training(resume=True) on a run directory that does not exist yet would
         # pass True on to transformers as a checkpoint).
-        run_training(env, settings.model, cell_config(settings, algo, seed, train_dir), server_url=server.url,
-                     env_args=settings.env_args, resume=resumed_from or False)
+        config = cell_config(settings, algo, seed, train_dir)
+        if is_offline(algo):  # trains on its dataset; the server is untouched until the final weights arrive
+            train_offline(settings.model, config, settings.offline_datasets[algo], resume=resumed_from or False)
+        else:
+            run_training(env, settings.model, config, server_url=server.url, env_args=settings.env_args,
+                         resume=resumed_from or False)
         gc.collect()  # the trainer, its model and optimizer: free them before the next cell loads its own
     wall["training"] = time.perf_counter() - start
     wall["final_sync"] = _sync_final_weights(server, final)

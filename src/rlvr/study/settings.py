@@ -13,6 +13,7 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
     [env_args]                           # load_environment arguments, the same for every cell
     [training]                           # configuration fields shared by every cell: the budget
     [algo_options.mt_grpo]               # fields for one algorithm only, e.g. its [algo_options.mt_grpo.credit]
+    [offline_datasets]                   # offline recipes (sft, oreo): ALGO = "trajectory directory" (rlvr collect)
     [evaluation]                         # examples, rollouts, temperature, max_tokens (held-out, before and after)
     [report]                             # baseline, headline, collapse_window, collapse_tol, confidence
 """
@@ -31,14 +32,31 @@ class StudyError(ValueError):
     """Study settings or a study directory that cannot be used, with what to change."""
 
 
+def config_fields(algo: str) -> set[str]:
+    """The configuration fields of `algo` (rlvr.trainer.ALGORITHMS)."""
+    from rlvr.trainer.recipes import config_class
+
+    return {f.name for f in dataclasses.fields(config_class(algo)) if f.init}
+
+
+def is_offline(algo: str) -> bool:
+    """An offline recipe (sft, oreo) trains on a trajectory dataset instead of its own rollouts."""
+    from rlvr.trainer.recipes import config_class
+
+    return bool(getattr(config_class(algo), "offline", False))
+
+
 # Training fields the study sets per cell, and the defaults it gives a cell unless [training] says otherwise.
 CELL_FIELDS = ("output_dir", "seed")
-TRAINING_DEFAULTS: dict[str, Any] = {
+TRAINING_DEFAULTS: dict[str, Any] = {  # (each where the algorithm's configuration has the field)
     "use_lora": False,  # the final weights are loaded into the shared server (model.safetensors); RLConfig: LoRA
     "report_to": "none",
     "logging_steps": 1,  # the curves and the collapse check read every step
     "save_total_limit": 1,  # an interrupted cell resumes from its newest checkpoint; older ones are dead weight
 }
+
+# The shared options an offline recipe (sft, oreo) takes: optimizer steps x trajectories per step, and run mechanics.
+OFFLINE_SHARED = ("max_steps", "batch_size", "micro_batch_size", "save_steps", "bf16")
 
 
 @dataclass
@@ -79,6 +97,7 @@ class StudySettings:
     env_args: dict[str, Any] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
     algo_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    offline_datasets: dict[str, str] = field(default_factory=dict)
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     server_dtype: str | None = "float32"
@@ -110,6 +129,11 @@ class StudySettings:
             if fixed:
                 raise StudyError(f"{where} sets {fixed}: the study sets them per cell (seeds = the grid's seeds, "
                                  "output_dir = the cell's directory)")
+        for algo in self.algos:
+            if is_offline(algo) and algo not in self.offline_datasets:
+                raise StudyError(f"{algo} trains offline on collected trajectories, not on its own rollouts: set "
+                                 f"[offline_datasets] {algo} = \"DIR\" (a directory made by `rlvr collect --env "
+                                 f"{self.env} --model {self.model} ...`)")
         if not isinstance(self.training.get("max_steps"), int) or self.training["max_steps"] < 1:
             raise StudyError("[training] max_steps must be set (an integer >= 1): every cell trains that many steps")
         for algo in self.algos:
@@ -120,12 +144,18 @@ class StudySettings:
         self.report.check()
 
     def cell_training(self, algo: str) -> dict[str, Any]:
-        """The training options of every cell of `algo` (the study adds output_dir and seed)."""
-        return {**TRAINING_DEFAULTS, **self.training, **self.algo_options.get(algo, {})}
+        """The training options of every cell of `algo` (the study adds output_dir and seed). An offline recipe
+        takes only OFFLINE_SHARED of the shared options: it generates no rollouts, and fields it shares by name
+        with the on-policy configs mean other things there (OREO's `beta` is its KL strength, its learning rate
+        the paper's); its own go in [algo_options.ALGO]."""
+        fields = config_fields(algo)
+        defaults = {k: v for k, v in TRAINING_DEFAULTS.items() if k in fields}
+        shared = {k: v for k, v in self.training.items() if not is_offline(algo) or k in OFFLINE_SHARED}
+        return {**defaults, **shared, **self.algo_options.get(algo, {})}
 
     def sampling(self) -> dict[str, Any]:
         """Sampling of the held-out evaluations: the training sampling unless [evaluation] says otherwise."""
-        training = self.cell_training(self.algos[0])
+        training = self.training
         temperature = self.evaluation.temperature
         max_tokens = self.evaluation.max_tokens
         return {
@@ -135,7 +165,7 @@ class StudySettings:
 
     def budget(self) -> dict[str, Any]:
         """What every cell gets: the numbers that make the cells comparable."""
-        t = self.cell_training(self.algos[0])
+        t = self.training
         keys = ("max_steps", "batch_size", "rollouts_per_example", "max_tokens_per_turn", "max_seq_len",
                 "learning_rate", "temperature", "num_iterations")
         return {k: t[k] for k in keys if k in t}
@@ -154,7 +184,7 @@ class StudySettings:
         """What must not change between invocations on one study directory: everything but the grid and report
         (adding algorithms or seeds keeps the budget; changing the budget would mix incomparable cells)."""
         data = self.to_dict()
-        for key in ("algos", "seeds", "report", "algo_options", "keep_checkpoints"):
+        for key in ("algos", "seeds", "report", "algo_options", "offline_datasets", "keep_checkpoints"):
             data.pop(key)
         return data
 
@@ -189,10 +219,11 @@ def merge_grids(stored: StudySettings, current: StudySettings) -> StudySettings:
     the grid is the union (stored order first), the report options are this invocation's."""
     old, new = stored.comparable(), current.comparable()
     changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    for algo in set(stored.algos) & set(current.algos):
-        if stored.algo_options.get(algo, {}) != current.algo_options.get(algo, {}):
-            changed.append(f"algo_options.{algo}: {stored.algo_options.get(algo, {})!r} -> "
-                           f"{current.algo_options.get(algo, {})!r}")
+    for algo in sorted(set(stored.algos) & set(current.algos)):
+        for table in ("algo_options", "offline_datasets"):
+            before, after = getattr(stored, table).get(algo), getattr(current, table).get(algo)
+            if before != after:
+                changed.append(f"{table}.{algo}: {before!r} -> {after!r}")
     if changed:
         raise StudyError(
             "this study directory was started with other settings, and its cells must share one budget:\n  "
@@ -201,4 +232,5 @@ def merge_grids(stored: StudySettings, current: StudySettings) -> StudySettings:
     algos = stored.algos + [a for a in current.algos if a not in stored.algos]
     seeds = stored.seeds + [s for s in current.seeds if s not in stored.seeds]
     options = {**stored.algo_options, **current.algo_options}
-    return dataclasses.replace(current, algos=algos, seeds=seeds, algo_options=options)
+    datasets = {**stored.offline_datasets, **current.offline_datasets}
+    return dataclasses.replace(current, algos=algos, seeds=seeds, algo_options=options, offline_datasets=datasets)
