@@ -26,7 +26,10 @@ def train_offline(model: str, config, dataset: str | Path, *, resume: bool | str
     """Train `model` on the trajectories at `dataset` with the offline recipe of `config`; returns the trainer."""
     run_dir = Path(config.output_dir)
     trajectories = load_trajectories(dataset, config.segmentation)
-    checkpoint = get_last_checkpoint(str(run_dir)) if resume is True and run_dir.is_dir() else (resume or None)
+    if resume is True:  # the newest checkpoint, if the run directory has one yet
+        checkpoint = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+    else:
+        checkpoint = resume or None
     trainer = trainer_class(config)(model, trajectories, config)
     atomic_write_json(run_dir / "config.json", {
         "model": model, "dataset": str(dataset), "trajectories": len(trajectories),
