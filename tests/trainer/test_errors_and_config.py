@@ -79,10 +79,9 @@ def test_a_resume_from_between_two_passes_over_a_batch_is_refused():
         check_resume(state, dataclasses.replace(state, seed=1))
 
 
-def test_a_server_started_for_the_run_serves_the_training_dtype(tmp_path):
-    assert serving_dtype(config(str(tmp_path), 1)) == "float32"
-    assert serving_dtype(config(str(tmp_path), 1, bf16=True, use_cpu=True)) == "bfloat16"
-    assert serving_dtype(config(str(tmp_path), 1), ["--dtype", "bfloat16"]) is None  # the user's choice stands
+def test_a_server_started_for_the_run_serves_the_training_dtype():
+    assert serving_dtype(bf16=False) == "float32" and serving_dtype(bf16=True) == "bfloat16"
+    assert serving_dtype(False, ["--dtype", "bfloat16"]) is None  # the user's choice stands
 
 
 def test_the_accelerate_config_follows_the_device_and_the_training_dtype(tmp_path):

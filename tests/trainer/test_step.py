@@ -167,3 +167,15 @@ def test_sequences_are_limited_on_the_environment_and_overlong_prompts_are_left_
     cfg = fixed_batch_config(tmp_path, max_seq_len=256, max_prompt_len=16, algo="grpo")
     with pytest.raises(ValueError, match="longer than 16 tokens .* raise max_prompt_len"):
         FixedBatchTrainer("tiny-random", cfg, [], env=env(short))
+
+
+def test_torch_empty_cache_steps_is_honoured(tiny, tmp_path, monkeypatch):
+    # transformers empties the device cache in its own training_step, which the on-policy trainer replaces.
+    import rlvr.trainer.on_policy as on_policy
+
+    calls = []
+    # a spy in place of the call: on CPU there is no device cache to observe being emptied
+    monkeypatch.setattr(on_policy, "clear_device_cache", lambda: calls.append(1))
+    cfg = fixed_batch_config(tmp_path, max_steps=4, torch_empty_cache_steps=2)
+    FixedBatchTrainer("tiny-random", cfg, random_samples(tiny, 2)).train()
+    assert len(calls) == 2  # at steps 0 and 2

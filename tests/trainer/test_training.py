@@ -104,6 +104,8 @@ def test_sigkill_mid_training_then_resume_takes_the_same_next_batch(training_ser
     cfg = config(str(run), 3, save_steps=2, lora=True, micro_batch_size=4)
     run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url, resume=True)
 
+    # rollouts.jsonl was cut back to the checkpoint: batch 2 appears once, from the resumed run
+    assert [r["batch_index"] for r in read_jsonl(rollouts)] == [0, 1, 2]
     resumed_batch = [r for r in read_jsonl(rollouts) if r["batch_index"] == 2][-1]
     assert resumed_batch["step"] == 2  # continued at global step 2, not from scratch
     assert resumed_batch["example_ids"] == killed_batch["example_ids"]  # the same prompts, in the same order

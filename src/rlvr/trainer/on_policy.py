@@ -31,6 +31,7 @@ import verifiers as vf
 from accelerate.utils import DistributedType, broadcast_object_list
 from accelerate.utils.memory import clear_device_cache
 from transformers import PreTrainedModel, Trainer
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.trainer_callback import ProgressCallback
 from verifiers.rl.trainer import RLTrainer
 from verifiers.rl.trainer.utils import (
@@ -114,7 +115,8 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         self.logger = logger
         model_name = model if isinstance(model, str) else model.config._name_or_path
         policy, tokenizer = load_policy(model, bf16=args.bf16, tokenizer=processing_class, lora=args.use_lora)
-        check_head_reads_last_hidden_state(policy, policy.device)
+        if not is_deepspeed_zero3_enabled():  # ZeRO-3 loads the weights partitioned: no forward before the engine
+            check_head_reads_last_hidden_state(policy, policy.device)
         self.ref_model = None
         if args.beta > 0 and not args.use_lora:
             self.ref_model = frozen_reference(policy, torch.bfloat16 if args.bf16 else None)

@@ -26,14 +26,14 @@ from rlvr.trainer.config import ConfigError, OnPolicyConfig
 from rlvr.trainer.recipes import trainer_class
 
 
-def serving_dtype(config: OnPolicyConfig, serve_args: Sequence[str] = ()) -> str | None:
+def serving_dtype(bf16: bool, serve_args: Sequence[str] = ()) -> str | None:
     """The dtype a server started for the run holds the weights in: the trainer's compute dtype, so that at
     iteration 0 the sampler's logprobs are the trainer's and the PPO ratio clips policy change, not a bf16/fp32
     mismatch (vLLM on CPU would otherwise serve a float32 checkpoint in bf16: ~0.05 nats/token apart). None when
     `serve_args` choose a dtype themselves (`--dtype`): the trainer then logs the mismatch (train/mismatch_kl)."""
     if any(arg == "--dtype" or arg.startswith("--dtype=") for arg in serve_args):
         return None
-    return "bfloat16" if config.bf16 else "float32"
+    return "bfloat16" if bf16 else "float32"
 
 
 def accelerate_config(num_processes: int, config_file: str | Path | None = None, *, bf16: bool | None = None,
@@ -115,7 +115,7 @@ def run_training(
             from rlvr.serve import launch
 
             server_url = stack.enter_context(launch(model=model, extra_args=serve_args or [],
-                                                    dtype=serving_dtype(config, serve_args or []))).url
+                                                    dtype=serving_dtype(config.bf16, serve_args or []))).url
         trainer = recipe(model, env, config, server_url=server_url)
         if checkpoint:
             check_resume(read_run_state(Path(checkpoint)), trainer.run_state())
