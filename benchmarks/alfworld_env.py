@@ -3,7 +3,8 @@ policy, all through the environment itself (verifiers rollouts with a scripted c
 
 The random policy picks uniformly among the commands the game accepts (listed in each observation), ALFWorld's
 usual random baseline. Games: generated (fresh cache, so generation is timed), TextWorldExpress twc seeds, and, with
---data-path, ALFWorld's official files (json_2.1.1). Writes benchmarks/results/alfworld_env.json atomically.
+--data-path, ALFWorld's official files (json_2.1.1; all of valid_unseen, one random episode each). Before that, a
+number of generator draws per split are planned and checked. Writes benchmarks/results/alfworld_env.json atomically.
 
     .venv/bin/python benchmarks/alfworld_env.py [--games 24] [--rollouts 4] [--max-turns 50] [--data-path DIR]
 """
@@ -171,9 +172,9 @@ def main() -> None:
             results[f"alfworld_generated_{split}"] = measure(
                 f"alfworld generated {split}", {**common, "eval_split": split, "cache_dir": cache}, args.rollouts
             )
-    if args.data_path:
+    if args.data_path:  # every official valid_unseen game (134), one random episode each
         results["alfworld_official_valid_unseen"] = measure(
-            "alfworld official valid_unseen", {**common, "data_path": args.data_path}, args.rollouts
+            "alfworld official valid_unseen", {**common, "num_eval_examples": -1, "data_path": args.data_path}, 1
         )
     results["twc"] = measure("twc", {**common, "backend": "twc"}, args.rollouts)
     atomic_write_json(args.out, {

@@ -133,6 +133,9 @@ def test_official_layout_folders_are_played(small_env, tmp_path, game_cache):
         state = play(env, row, [action(c) for c in game.walkthrough])
         assert state["reward"] == 1.0
         assert state["prompt"][-1]["content"].startswith("-= Welcome to TextWorld, ALFRED! =-")
+    # a split of 0 games needs no folder
+    shutil.rmtree(data / "train")
+    assert load_environment(data_path=str(data), num_train_examples=0, num_eval_examples=2).dataset is None
 
 
 @pytest.mark.parametrize(

@@ -249,6 +249,8 @@ def load_games(engines, split: str, count: int, *, data_path=None, seed: int = 0
     """The games of one split: TextWorldExpress seeds, official files under `data_path` (the first `count` in
     ALFWorld's sorted order, -1 for all) or generated games 0..count-1 (cached)."""
     types = task_types_of(task_types)
+    if count == 0:  # nothing asked for: no data folder needed either
+        return []
     if engines.name == "twc":
         return twc_games(engines, split, count, seed)
     if data_path is not None:
