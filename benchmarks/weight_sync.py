@@ -4,7 +4,9 @@ For each served dtype (--dtypes; "float32" is what a trainer gets with `launch(d
 vLLM's own choice, bfloat16 on CPU) this starts one `rlvr serve` of --model, loads the model in float32 with
 transformers into ordinary memory (as a trainer holds it), and --repeats times: changes every weight in place (a
 stand-in for an optimizer step) and times `CPUWeightSyncClient.update_weights(model.state_dict())` for each of
---transports. Per update it records
+--transports, taking turns: "file" (the default on one machine: one file in /dev/shm overwritten in place),
+"file-per-update" (`keep_file=False`: a new file written and deleted per update) and "http" (the bytes sent).
+Per update it records
 
 - `seconds`: the whole call, as the trainer waits for it;
 - `write_seconds`: preparing the tensors and writing the file (file transport) or serialising them (http);
@@ -30,6 +32,7 @@ import platform
 import statistics
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -44,6 +47,7 @@ PROBE_TEXT = (
     "The quick brown fox jumps over the lazy dog. Weight sync must land every tensor, the tied head too."
 )
 STEP_SCALE = 1e-3
+TRANSPORTS = ("file", "file-per-update", "http")
 
 
 def trainer_model(model: str) -> torch.nn.Module:
@@ -84,28 +88,45 @@ def summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def measure(url: str, transport: str, policy: torch.nn.Module, repeats: int, seed: int) -> dict:
-    generator = torch.Generator().manual_seed(seed)
-    runs = []
-    with CPUWeightSyncClient(url, transport=transport) as client:
+def measure(url: str, transports: list[str], policy: torch.nn.Module, repeats: int) -> dict:
+    """Per transport: its first update and `repeats` more, the transports taking turns (in rotating order) after
+    each fake optimizer step, so that load from other processes falls on all of them alike."""
+    generator = torch.Generator().manual_seed(0)
+    runs: dict[str, list[dict]] = {transport: [] for transport in transports}
+    with ExitStack() as stack:
+        clients = {
+            transport: stack.enter_context(
+                CPUWeightSyncClient(
+                    url,
+                    transport=transport.removesuffix("-per-update"),
+                    keep_file=transport != "file-per-update",
+                )
+            )
+            for transport in transports
+        }
         for i in range(repeats + 1):
             fake_optimizer_step(policy, generator)
-            answer = client.update_weights(policy.state_dict())
-            run = {key: answer[key] for key in ("seconds", "write_seconds", "load_seconds", "reload_seconds")}
-            run["load_average_1m"] = os.getloadavg()[0]
-            runs.append(run)
-            label = "first" if i == 0 else f"{i}/{repeats}"
-            print(
-                f"  {transport} {label}: {run['seconds']:.2f} s (write {run['write_seconds']:.2f}, "
-                f"load {run['load_seconds']:.2f} of which reload {run['reload_seconds']:.2f}; "
-                f"load average {run['load_average_1m']:.1f})",
-                flush=True,
-            )
-    steady = runs[1:]
+            state = policy.state_dict()
+            for transport in transports[i % len(transports) :] + transports[: i % len(transports)]:
+                answer = clients[transport].update_weights(state)
+                run = {
+                    key: answer[key] for key in ("seconds", "write_seconds", "load_seconds", "reload_seconds")
+                }
+                run["load_average_1m"] = os.getloadavg()[0]
+                runs[transport].append(run)
+                print(
+                    f"  {transport} {'first' if i == 0 else f'{i}/{repeats}'}: {run['seconds']:.2f} s "
+                    f"(write {run['write_seconds']:.2f}, load {run['load_seconds']:.2f} of which reload "
+                    f"{run['reload_seconds']:.2f}; load average {run['load_average_1m']:.1f})",
+                    flush=True,
+                )
     return {
-        "first": runs[0],
-        "runs": steady,
-        **{key: summary([r[key] for r in steady]) for key in runs[0]},
+        transport: {
+            "first": done[0],
+            "runs": done[1:],
+            **{key: summary([r[key] for r in done[1:]]) for key in done[0]},
+        }
+        for transport, done in runs.items()
     }
 
 
@@ -117,15 +138,15 @@ def main() -> None:
     parser.add_argument(
         "--dtypes", default="float32,auto", help="served dtypes (launch(dtype=...)), comma-separated"
     )
-    parser.add_argument("--transports", default="file", help="file and/or http, comma-separated")
+    parser.add_argument("--transports", default="file", help=f"comma-separated, of {', '.join(TRANSPORTS)}")
     parser.add_argument("--repeats", type=int, default=8, help="timed updates per transport, after the first")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for the server to start")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "weight_sync.json")
     args = parser.parse_args()
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     transports = [t.strip() for t in args.transports.split(",") if t.strip()]
-    if not transports or not set(transports) <= {"file", "http"}:
-        parser.error(f"--transports takes file and/or http, got {args.transports!r}")
+    if not transports or not set(transports) <= set(TRANSPORTS):
+        parser.error(f"--transports takes {', '.join(TRANSPORTS)}, got {args.transports!r}")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(models.resolve(args.model))
@@ -152,8 +173,7 @@ def main() -> None:
             result: dict = {
                 "max_abs_logprob_diff_at_start": logprob_gap(server.url, server.model, policy, tokenizer)
             }
-            for seed, transport in enumerate(transports):
-                result[transport] = measure(server.url, transport, policy, args.repeats, seed)
+            result.update(measure(server.url, transports, policy, args.repeats))
             result["max_abs_logprob_diff"] = logprob_gap(server.url, server.model, policy, tokenizer)
             print(
                 f"  max |server - transformers| logprob: {result['max_abs_logprob_diff']:.2e} "
@@ -161,7 +181,7 @@ def main() -> None:
                 flush=True,
             )
         report["served"][dtype] = result
-    atomic_write_json(args.out, report)
+        atomic_write_json(args.out, report)  # after each server: a later failure keeps what was measured
     for dtype, result in report["served"].items():
         for transport in transports:
             r = result[transport]

@@ -3,10 +3,10 @@
 vLLM mixes this class into every worker (``--worker-extension-cls``); the API server reaches its methods through
 ``engine.collective_rpc(name, args=...)``. Two transports:
 
-- CPU (and any single machine): the API server writes the trainer's safetensors file to disk and every worker
-  reloads from it with ``reload_weights``. Plain ``model.load_weights`` after start-up fails on CPU because some
-  parameters are repacked to size 0 after loading (measured; docs/architecture.md, "Serving and weight sync"); ``reload_weights``
-  re-runs the loader's post-processing.
+- CPU (and any single machine): every worker reloads from a safetensors file of the state dict (the trainer's,
+  or the API server's copy of an uploaded one) with ``reload_weights``. Plain ``model.load_weights`` after
+  start-up fails on CPU because some parameters are repacked to size 0 after loading (measured;
+  docs/architecture.md, "Serving and weight sync"); ``reload_weights`` re-runs the loader's post-processing.
 - GPU: verifiers' NCCL protocol (verifiers 0.1.9.post3 ``verifiers/rl/inference/server.py``
   ``WeightSyncWorkerExtension``): the trainer joins a ``StatelessProcessGroup`` as the last rank and broadcasts
   one tensor per ``update_named_param`` call.
