@@ -19,7 +19,7 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 # Known scripts, cheapest first (seconds, ~a minute, minutes with two servers, minutes of training).
-ORDER = ("retrieval", "sandbox_overhead", "serve_throughput", "train_step")
+ORDER = ("retrieval", "sandbox_overhead", "serve_throughput", "weight_sync", "train_step")
 
 
 @dataclass

@@ -175,3 +175,5 @@ class RolloutClient:
     def close(self) -> None:
         self._loop.run_until_complete(self._openai.close())
         self._loop.close()
+        if self.cpu_sync is not None:
+            self.cpu_sync.close()  # frees the weights file it keeps in /dev/shm between updates
