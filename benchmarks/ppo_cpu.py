@@ -2,11 +2,12 @@
 
 For each environment: start an fp32 `rlvr serve` of the model (the trainer is fp32, so the sampler's log-probs, the
 PPO "old policy", match the trainer's), train with the repository's CPU config (configs/train/<name>_ppo_cpu.toml,
-optionally overridden), and record every step's metrics from the run's metrics.jsonl.
+optionally overridden with --set), and record every step's metrics from the run's metrics.jsonl.
 
-    python benchmarks/ppo_cpu.py [--envs triviaqa webshop] [--set max_steps=10] [--keep-runs runs/]
+    python benchmarks/ppo_cpu.py [--envs triviaqa webshop] [--set max_steps=6] [--keep-runs runs/]
+    python benchmarks/ppo_cpu.py --envs webshop --summarize runs/ppo-webshop    # results from a kept run
 
-Writes benchmarks/results/ppo_<env>.json. Each run takes tens of minutes on 2 shared cores.
+Writes benchmarks/results/ppo_<env>.json. Each run takes one to several hours on 2 shared cores.
 """
 
 from __future__ import annotations
@@ -22,18 +23,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIGS = {"triviaqa": REPO / "configs/train/triviaqa_ppo_cpu.toml", "webshop": REPO / "configs/train/webshop_ppo_cpu.toml"}
-CURVES = (  # per-step metrics kept in the results (when present)
-    "reward", "turn_reward", "turn/1/reward", "turn/2/reward", "turn/3/reward", "turns", "errors",
-    "valid_action", "search_hit", "target_click", "purchase_reward", "success", "tool_execution", "exact_match",
-    "critic/value_loss", "critic/explained_variance", "critic/clip_fraction", "critic/old_value_mean",
-    "critic/return_mean", "reward/kl", "train/clipped", "train/ratio", "train/mismatch_kl", "train/entropy",
-    "turn/1/advantage_mean", "turn/2/advantage_mean", "turn/1/value_mean", "turn/2/value_mean",
-    "tokens/generated", "batch/packed_fraction", "batch/max_sample_tokens",
-    "timing/generation_s", "timing/training_s", "timing/sync_s", "time/step_s",
-)
+NOT_CURVES = ("time", "epoch", "step", "learning_rate", "iteration")
 
 
-def run(name: str, overrides: list[str], keep: Path | None) -> dict:
+def train(name: str, overrides: list[str], run_dir: Path, kv_cache_gb: float) -> float:
+    """One training run with its own fp32 server; returns the server's start-up seconds."""
     from rlvr.cli.train import apply_override, read_config
     from rlvr.serve import launch
     from rlvr.trainer import build_config, run_training
@@ -42,25 +36,37 @@ def run(name: str, overrides: list[str], keep: Path | None) -> dict:
     training = dict(data["training"])
     for item in overrides:
         apply_override(training, item, data["algo"])
-    with tempfile.TemporaryDirectory(prefix=f"ppo-{name}-") as tmp:
-        run_dir = (keep / f"ppo-{name}") if keep else Path(tmp) / "run"
-        config = build_config(data["algo"], {"output_dir": str(run_dir), "progress": False, **training})
-        start = time.perf_counter()
-        with launch(model=data["model"], dtype="float32", timeout=900) as server:
-            server_s = time.perf_counter() - start
-            mark = time.perf_counter()
-            run_training(data["env"], data["model"], config, server_url=server.url, run_dir=run_dir,
-                         env_args=data.get("env_args", {}))
-            training_s = time.perf_counter() - mark
-        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    config = build_config(data["algo"], {"output_dir": str(run_dir), "progress": False, **training})
+    start = time.perf_counter()
+    with launch(model=data["model"], dtype="float32", extra_args=["--kv-cache-gb", str(kv_cache_gb)],
+                timeout=900) as server:
+        server_s = time.perf_counter() - start
+        run_training(data["env"], data["model"], config, server_url=server.url, run_dir=run_dir,
+                     env_args=data.get("env_args", {}))
+    return server_s
+
+
+def summarize(name: str, run_dir: Path, server_s: float | None) -> dict:
+    """The run's resolved settings, every numeric per-step metric as a curve, and its wall time."""
+    config = json.loads((run_dir / "config.json").read_text())
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "loss" in r]
+    end = next((r for r in records if "train_runtime" in r), None)
+    keys = sorted({k for r in steps for k, v in r.items() if isinstance(v, (int, float)) and k not in NOT_CURVES})
+    training = config["training"]
     return {
-        "env": data["env"], "model": data["model"], "config": str(CONFIGS[name].relative_to(REPO)),
-        "overrides": overrides, "env_args": data.get("env_args", {}), "training": training,
-        "wall_s": {"server_start": server_s, "training": training_s, "per_step_mean": training_s / max(len(steps), 1)},
-        "curves": {key: [r.get(key) for r in steps] for key in ("step", *CURVES) if any(key in r for r in steps)},
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpus": os.cpu_count()},
+        "env": config["environment"], "model": config["model"], "config": str(CONFIGS[name].relative_to(REPO)),
+        "env_args": config["env_args"],
+        "settings": {k: training[k] for k in (
+            "max_steps", "batch_size", "rollouts_per_example", "max_tokens", "temperature", "learning_rate",
+            "use_lora", "gae", "gamma", "lam", "turn_gamma", "turn_lam", "kl_reward_coef", "critic_learning_rate",
+            "critic_use_lora", "value_clip", "seed")},
+        "wall_s": {"server_start": server_s, "training": end["train_runtime"] if end else None,
+                   "per_step": [r.get("time/step_s") for r in steps]},
+        "step": [r["step"] for r in steps],
+        "curves": {k: [r.get(k) for r in steps] for k in keys},
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                    "load_average_at_end": os.getloadavg()},
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
@@ -70,16 +76,23 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", choices=sorted(CONFIGS), default=sorted(CONFIGS))
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="training KEY=VALUE")
     parser.add_argument("--keep-runs", type=Path, default=None, help="keep the run directories under this folder")
+    parser.add_argument("--kv-cache-gb", type=float, default=1.0, help="the server's KV cache (enough for one batch)")
+    parser.add_argument("--summarize", type=Path, default=None, help="only write the results of this kept run")
     args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
     from rlvr.io import atomic_write_json
 
     for name in args.envs:
-        result = run(name, args.overrides, args.keep_runs)
+        with tempfile.TemporaryDirectory(prefix=f"ppo-{name}-") as tmp:
+            if args.summarize:
+                run_dir, server_s = args.summarize, None
+            else:
+                run_dir = (args.keep_runs / f"ppo-{name}") if args.keep_runs else Path(tmp) / "run"
+                server_s = train(name, args.overrides, run_dir, args.kv_cache_gb)
+            result = summarize(name, run_dir, server_s)
         atomic_write_json(RESULTS / f"ppo_{name}.json", result)
-        curves = result["curves"]
-        print(f"{name}: {len(curves['step'])} steps in {result['wall_s']['training']:.0f} s; reward "
-              f"{curves['reward'][0]:.3f} -> {curves['reward'][-1]:.3f}; results: benchmarks/results/ppo_{name}.json")
+        reward = result["curves"]["reward"]
+        print(f"{name}: {len(result['step'])} steps in {result['wall_s']['training'] or 0:.0f} s; reward "
+              f"{reward[0]:.3f} -> {reward[-1]:.3f}; results: benchmarks/results/ppo_{name}.json")
 
 
 if __name__ == "__main__":

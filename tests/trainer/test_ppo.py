@@ -42,7 +42,8 @@ def test_ppo_raises_the_turn_reward_and_logs_the_critic(training_server, tmp_pat
     assert mean(turn1[-3:]) >= mean(turn1[:3]) + 0.25, turn1
     for key in ("critic/value_loss", "critic/clip_fraction", "critic/grad_norm", "critic/old_value_mean",
                 "critic/return_mean", "reward/kl", "train/clipped", "turn/1/advantage_mean", "turn/2/advantage_std",
-                "turn/1/value_mean", "turn/1/turn_advantage_mean", "timing/generation_s", "time/step_s"):
+                "turn/1/value_mean", "turn/1/turn_advantage_mean", "timing/generation_s", "timing/credit_s",
+                "timing/critic_s", "time/step_s"):
         assert key in records[0], key
     assert any("critic/explained_variance" in r for r in records)
     assert records[0]["reward/kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before any update

@@ -49,7 +49,7 @@ def test_value_mask_and_turn_means():
     turn_index = [-1, -1, 0, 0, -1, 1]
     assert value_mask(turn_index, on_env_tokens=False) == [0, 0, 1, 1, 0, 1]
     assert value_mask(turn_index, on_env_tokens=True) == [0, 0, 1, 1, 1, 1]  # from the first assistant token on
-    assert turn_means([0.0, 0.0, 1.0, 3.0, 0.0, -1.0], turn_index, 3) == [2.0, -1.0, 0.0]
+    assert turn_means([0.0, 0.0, 1.0, 3.0, 0.0, -1.0], turn_index, 3) == (2.0, -1.0, 0.0)
 
 
 def sample(turn_index, returns, old_values, on_env_tokens=False) -> ValueSample:

@@ -9,7 +9,14 @@ Per generated batch (`make_samples`, main process):
     -> `ValueSample`s: the policy's samples with per-token advantages, plus returns, old values and the value mask.
 Per optimizer step (`training_step`): the policy's PPO-clip loss (OnPolicyTrainer), then one critic step on the same
 micro-batches. `num_iterations` passes over one batch are PPO's epochs. During the first `critic_warmup_steps`
-steps only the critic learns (RAGEN/verl `critic_warmup`).
+steps only the critic learns (RAGEN/verl `critic_warmup`): the actor's gradients are dropped before its optimizer
+step (its forward still runs, so its metrics are logged).
+
+Metrics beyond OnPolicyTrainer's: critic/value_loss, critic/clip_fraction, critic/explained_variance (of the targets
+by the values the batch was made with), critic/grad_norm, reward/kl (mean k1 per assistant token), timing/credit_s
+and timing/critic_s; per turn k (1-based): turn/k/advantage_mean|std|absmean over rollouts of the turn's mean token
+advantage (what `Rollout.advantages` holds here), turn/k/value_mean (value at the turn's first token),
+turn/k/turn_advantage_mean (bi_level, cross_level).
 
 Sources: RAGEN (RAGEN-AI/RAGEN, quanwei0/RAGEN: ragen/trainer/agent_trainer.py, core_algos.py,
 ragen/workers/critic/dp_critic.py) on verl 1e47e41 (apply_kl_penalty, compute_value_loss). Where rlvr departs from
@@ -21,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -117,12 +125,9 @@ class Trajectory:
 
     rollout: Rollout
     samples: list[Sample]
+    turn_index: list[int]  # the samples' turn_index lists, concatenated
     values: list[float]  # the critic's value of the state before each token
     kl: list[float]  # log pi_old - log pi_ref on assistant tokens (k1), 0 elsewhere
-
-    @property
-    def turn_index(self) -> list[int]:
-        return [k for s in self.samples for k in s.turn_index]
 
     def rewards(self, kl_coef: float) -> list[float]:
         return token_rewards(self.turn_index, self.rollout.turn_rewards, self.rollout.outcome,
@@ -170,6 +175,7 @@ class PPOTrainer(OnPolicyTrainer):
     # ---------------------------------------------------------------- credit
     def make_samples(self, rollouts: list[Rollout]) -> tuple[list[Rollout], list[RolloutSamples]]:
         args = self.args
+        start = time.perf_counter()
         layouts = [rollout_samples(dataclasses.replace(r, advantages=(0.0,) * len(r.turns)),
                                    pack=args.pack_trajectories) for r in rollouts]
         unpacked = [(r.example_id, s.reason) for r, s in zip(rollouts, layouts, strict=True) if len(s.samples) > 1]
@@ -198,7 +204,8 @@ class PPOTrainer(OnPolicyTrainer):
         ]
         scored = [dataclasses.replace(t.rollout, advantages=turn_means(adv, t.turn_index, len(t.rollout.turns)))
                   for t, adv in zip(trajectories, advantages, strict=True)]
-        self._credit_metrics = credit_metrics(trajectories, estimates, args.kl_reward_coef)
+        self._credit_metrics = {**credit_metrics(trajectories, estimates, args.kl_reward_coef),
+                                "timing/credit_s": time.perf_counter() - start}
         return scored, per_rollout
 
     def trajectories(self, rollouts: list[Rollout], layouts: list[RolloutSamples]) -> list[Trajectory]:
@@ -211,8 +218,8 @@ class PPOTrainer(OnPolicyTrainer):
         out = []
         for r, layout in zip(rollouts, layouts, strict=True):
             parts = [(next(values), next(kls)) for _ in layout.samples]
-            out.append(Trajectory(r, layout.samples, values=[v for p in parts for v in p[0]],
-                                  kl=[x for p in parts for x in p[1]]))
+            out.append(Trajectory(r, layout.samples, turn_index=[k for s in layout.samples for k in s.turn_index],
+                                  values=[v for p in parts for v in p[0]], kl=[x for p in parts for x in p[1]]))
         return out
 
     def sampler_kl(self, samples: list[Sample]) -> list[list[float]]:
@@ -250,9 +257,11 @@ class PPOTrainer(OnPolicyTrainer):
         batch = self._batch
         value_tokens = sum(sum(s.value_mask) for p in batch.microbatches for m in p for s in m
                            if isinstance(s, ValueSample))
+        start = time.perf_counter()
         stats = self.critic.update(batch.microbatches[self.accelerator.process_index], value_tokens)
         if self.accelerator.is_main_process:
-            self.log_metrics("train", {**stats, "critic/warmup": float(warming_up)})
+            self.log_metrics("train", {**stats, "critic/warmup": float(warming_up),
+                                       "timing/critic_s": time.perf_counter() - start})
         return loss
 
     # ---------------------------------------------------------------- checkpoints
