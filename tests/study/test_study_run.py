@@ -24,6 +24,7 @@ model = "tiny-random"
 algos = ["grpo", "mt_grpo"]
 seeds = [0, 1]
 keep_checkpoints = true
+server_args = ["--kv-cache-gb", "0.5"]
 
 [env_args]
 protocol = "search"

@@ -228,8 +228,8 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
         check_eval_split(env, settings)
         console.print(f"{len(bases)} base evaluation(s) and {len(cells)} cell(s) to run; starting rlvr serve for "
                       f"{settings.model} (log {layout.server_log})...")
-        with launch(model=settings.model, dtype=settings.server_dtype, log_file=layout.server_log,
-                    timeout=server_timeout) as server:
+        with launch(model=settings.model, dtype=settings.server_dtype, extra_args=settings.server_args,
+                    log_file=layout.server_log, timeout=server_timeout) as server:
             for seed in bases:
                 run_base(env, server, settings, layout, seed, manifest)
             for number, (algo, seed) in enumerate(cells, start=1):

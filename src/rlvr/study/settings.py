@@ -9,6 +9,7 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
     algos = ["grpo", "mt_grpo"]          # names of `rlvr train --list`
     seeds = [0, 1, 2]
     server_dtype = "float32"             # the weights' dtype in the rollout server (the trainer's: fp32 on CPU)
+    server_args = ["--kv-cache-gb", "1"] # passed to `rlvr serve` (operational: may change between invocations)
     keep_checkpoints = false             # delete a finished cell's checkpoint-N/ (final/ stays)
     [env_args]                           # load_environment arguments, the same for every cell
     [training]                           # configuration fields shared by every cell: the budget
@@ -101,6 +102,7 @@ class StudySettings:
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     server_dtype: str | None = "float32"
+    server_args: list[str] = field(default_factory=list)
     keep_checkpoints: bool = False
 
     def __post_init__(self):
@@ -184,7 +186,8 @@ class StudySettings:
         """What must not change between invocations on one study directory: everything but the grid and report
         (adding algorithms or seeds keeps the budget; changing the budget would mix incomparable cells)."""
         data = self.to_dict()
-        for key in ("algos", "seeds", "report", "algo_options", "offline_datasets", "keep_checkpoints"):
+        for key in ("algos", "seeds", "report", "algo_options", "offline_datasets", "keep_checkpoints",
+                    "server_args"):
             data.pop(key)
         return data
 
