@@ -62,7 +62,10 @@ def test_collect_sft_oreo_evaluate(tmp_path, tiny_server, expert):
     assert (tmp_path / "sft" / "final" / "model.safetensors").is_file()
 
     ok("train", "--algo", "oreo", "--dataset", collect, "--model", tmp_path / "sft" / "final", "-o", tmp_path / "oreo",
-       *SMALL, "--set", "max_steps=2", "--set", "value_learning_rate=1e-3")
+       *SMALL, "--set", "max_steps=2", "--set", "value_learning_rate=1e-3",
+       # tiny-random never succeeds: rewards {0, 1} -> {-1, 1} (train_pcl.py's default --rew_mul 2 --rew_add -1)
+       # gives the value model a target other than its zero start
+       "--set", "reward_scale=2", "--set", "reward_shift=-1")
     oreo = tmp_path / "oreo"
     steps = [json.loads(x) for x in (oreo / "metrics.jsonl").read_text().splitlines() if '"loss/value"' in x]
     assert [s["step"] for s in steps] == [1, 2]
