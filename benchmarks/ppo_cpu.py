@@ -27,7 +27,8 @@ NOT_CURVES = ("time", "epoch", "step", "learning_rate", "iteration")
 
 
 def train(name: str, overrides: list[str], run_dir: Path, kv_cache_gb: float) -> float:
-    """One training run with its own fp32 server; returns the server's start-up seconds."""
+    """One training run with its own fp32 server (continued from run_dir's last checkpoint, if any); returns the
+    server's start-up seconds."""
     from rlvr.cli.train import apply_override, read_config
     from rlvr.serve import launch
     from rlvr.trainer import build_config, run_training
@@ -41,8 +42,9 @@ def train(name: str, overrides: list[str], run_dir: Path, kv_cache_gb: float) ->
     with launch(model=data["model"], dtype="float32", extra_args=["--kv-cache-gb", str(kv_cache_gb)],
                 timeout=900) as server:
         server_s = time.perf_counter() - start
+        # resume=True: a run killed on this shared machine (the OOM killer) continues from its last checkpoint
         run_training(data["env"], data["model"], config, server_url=server.url, run_dir=run_dir,
-                     env_args=data.get("env_args", {}))
+                     env_args=data.get("env_args", {}), resume=True)
     return server_s
 
 
