@@ -203,7 +203,7 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
         pairs = max(data.paired(a, m).n for a in others for m in metrics)
         width = (f"With {pairs} seeds that is {pairs - 1} degrees of freedom (t = "
                  f"{t_quantile((1 + rep.confidence) / 2, pairs - 1):.2f} for {level}): " if pairs > 1 else
-                 "With one seed there is no interval: ")
+                 "With one seed there is no interval yet; with few, ")
         rows = [[m, *(fmt_diff(data.paired(a, m)) for a in others)] for m in metrics]
         lines += ["", f"## Paired differences against {rep.baseline}", "",
                   f"Per seed, the algorithm's value minus {rep.baseline}'s on the same seed (same data order and "
