@@ -18,6 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from rlvr.analysis import markdown_table, read_jsonl  # noqa: E402
 from rlvr.evaluation import Stat  # noqa: E402
@@ -357,6 +358,7 @@ def plot_training(data: StudyData, path: Path) -> Path | None:
                             [m + e for m, e in zip(mean, err, strict=True)], color=f"C{i}", alpha=0.2)
         ax.set_title(key, fontsize="medium")
         ax.set_xlabel("step", fontsize="small")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize="small")
     fig.tight_layout()
