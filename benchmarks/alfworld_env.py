@@ -23,7 +23,7 @@ from pathlib import Path
 
 from verifiers.utils.async_utils import NullAsyncContext
 from vf_alfworld import assets, generate, load_environment
-from vf_alfworld.engine import AlfredGame
+from vf_alfworld.engine import PLANNER_LOCK, planner
 from vf_alfworld.expert import expert_states
 from vf_alfworld.games import solve
 from vf_alfworld.generate import GeneratorConfig
@@ -117,7 +117,7 @@ def generation_stats(split: str, draws: int) -> dict:
     solve (or solved in a plan that did not win on replay), and the walkthrough lengths of the rest."""
     config = GeneratorConfig()
     floor_plans = tuple(p for p in assets.floor_plans() if (p in assets.UNSEEN_FLOOR_PLANS) == (split == "valid_unseen"))
-    planner, no_fit, unsolved, lengths, seconds = AlfredGame(plan=True), 0, 0, [], []
+    no_fit, unsolved, lengths, seconds = 0, 0, [], []
     for i in range(draws):
         start = time.perf_counter()
         drawn = generate.sample_game(f"bench/{split}/{i}", floor_plans, assets.TASK_TYPES[i % 6], config)
@@ -127,7 +127,8 @@ def generation_stats(split: str, draws: int) -> dict:
         task, scene, description = drawn
         game = {"pddl_domain": assets.domain_text(), "grammar": generate.grammar_with_task(description),
                 "pddl_problem": generate.pddl_problem(scene, task, name="bench")}  # fmt: skip
-        solved = solve(planner, game, task, config.max_plan_length)
+        with PLANNER_LOCK:
+            solved = solve(planner(), game, task, config.max_plan_length)
         seconds.append(time.perf_counter() - start)
         if solved is None:
             unsolved += 1

@@ -14,6 +14,7 @@ twc:      TextWorldExpress's TextWorld-Commonsense game (a Java simulator reache
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import shutil
@@ -34,7 +35,7 @@ OBSERVATION_ONLY_FACTS = frozenset({"checked", "examined"})
 # take milliseconds, so rollouts still interleave.
 TEXTWORLD_LOCK = threading.Lock()
 # Translated game files kept by the process (least recently used dropped first), see FastResetPddlEnv.
-TRANSLATED_GAMES_KEPT = 256
+TRANSLATED_GAMES_KEPT = 64  # about 4 MB each for an official game
 _TRANSLATED: OrderedDict = OrderedDict()
 
 
@@ -167,6 +168,16 @@ class AlfredGame:
             state_key=f"{self._game_id}:{_digest(*world)}",
             valid=valid,
         )
+
+
+# The planner replans at every step, so only generation and expert trajectories use it: one planning engine per
+# process (`planner()`), held by one caller at a time for a whole game (PLANNER_LOCK).
+PLANNER_LOCK = threading.Lock()
+
+
+@functools.cache
+def planner() -> AlfredGame:
+    return AlfredGame(plan=True)
 
 
 class AlfredEngines:

@@ -20,7 +20,7 @@ from verifiers.utils.async_utils import NullAsyncContext
 
 from rlvr.evaluation import prediction_records, save_predictions
 from rlvr.testing.client import Reply, ScriptedClient
-from vf_alfworld.engine import AlfredGame
+from vf_alfworld.engine import PLANNER_LOCK, planner
 from vf_alfworld.games import GameRecord
 
 
@@ -33,9 +33,9 @@ def expert_reply(command: str, description: str) -> Reply:
 def walkthrough_of(game: GameRecord) -> list[str]:
     if game.walkthrough:
         return list(game.walkthrough)
-    planner = AlfredGame(plan=True)
-    planner.start(game.game_file, game.task, game.game_id)
-    return planner.plan()
+    with PLANNER_LOCK:
+        planner().start(game.game_file, game.task, game.game_id)
+        return planner().plan()
 
 
 async def expert_states(env, split: str = "train", num_examples: int = -1, max_concurrent: int = 4) -> list:

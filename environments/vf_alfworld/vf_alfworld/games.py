@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rlvr.io import atomic_directory
 from vf_alfworld import assets, generate
-from vf_alfworld.engine import AlfredGame, TwcEngines
+from vf_alfworld.engine import PLANNER_LOCK, AlfredGame, TwcEngines, planner
 from vf_alfworld.tasks import Task, task_from_game_dir
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
@@ -162,14 +162,14 @@ def generate_split(
     floor_plans = tuple(
         p for p in assets.floor_plans() if (p in assets.UNSEEN_FLOOR_PLANS) == (split == "valid_unseen")
     )
-    records, planner = [], None
+    records = []
     for index in range(count):
         existing = sorted((root / split).glob(f"*/{_trial_name(index)}/game.tw-pddl"))
         if existing:
             records.append(_read_generated(existing[0].parent, root, split))
             continue
-        planner = planner or AlfredGame(plan=True)
-        records.append(_generate_one(root, split, index, seed, floor_plans, config, task_types, planner))
+        with PLANNER_LOCK:
+            records.append(_generate_one(root, split, index, seed, floor_plans, config, task_types, planner()))
     return records
 
 
