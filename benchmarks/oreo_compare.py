@@ -87,6 +87,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="run directory (default runs/oreo-<task>)")
     parser.add_argument("--small", action="store_true", help="a few prompts: a smoke run, not a result")
     parser.add_argument("--until", default=None, help="stop after the stage whose name starts with this")
+    parser.add_argument("--report", action="store_true", help="write the results of the finished stages only")
     parser.add_argument("--only", default=None, help="run only the stage of this name (stages whose inputs exist "
                         "can run side by side: e.g. the evaluations while OREO trains)")
     args = parser.parse_args()
@@ -95,10 +96,14 @@ def main() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "WANDB_MODE": "offline"}
     log = []
+    if args.report:
+        log = [{"stage": name, "command": shell(command)} for name, _, command in stages(task, args.model, out,
+                                                                                          args.small)]
+        return report(args.task, task, out, args.model, log)
     for name, done, command in stages(task, args.model, out, args.small):
         if args.only and name != args.only:
             continue
-        shown = shlex.join(["rlvr" if c == RLVR[-1] else c for c in command if c not in RLVR[:2]])
+        shown = shell(command)
         if Path(done).exists():
             print(f"[skip] {name}: {done} exists")
         else:
@@ -112,11 +117,21 @@ def main() -> None:
     report(args.task, task, out, args.model, log)
 
 
+def shell(command: list[str]) -> str:
+    """The command as a person types it (`rlvr ...`, `python -m ...`)."""
+    command = ["rlvr", *command[3:]] if command[:3] == RLVR else command
+    return shlex.join(command).replace(sys.executable, "python")
+
+
 def report(name: str, task: dict, out: str, model: str, log: list[dict]) -> None:
     rows = {}
     for label, key in (("base", "base"), ("SFT", "sft"), ("rejection sampling", "rs"), ("OREO", "oreo"),
                        ("OREO + beam search (value model, B=4)", "oreo_beam")):
-        summary = json.loads(Path(out, "eval", key, "summary.json").read_text())
+        path = Path(out, "eval", key, "summary.json")
+        if not path.exists():  # a stage that did not finish: reported as missing, not left out
+            rows[label] = None
+            continue
+        summary = json.loads(path.read_text())
         rows[label] = {k: summary[k] for k in ("reward", "turns") if k in summary}
     collected = [json.loads(line) for line in Path(out, "collect", "predictions.jsonl").read_text().splitlines()]
     result = {
@@ -130,6 +145,9 @@ def report(name: str, task: dict, out: str, model: str, log: list[dict]) -> None
     lines = [f"# OREO at CPU scale: {task['env']} x {model}", "",
              "| model | reward (mean +/- s.e.) | n |", "|---|---|---|"]
     for label, stats in rows.items():
+        if stats is None:
+            lines.append(f"| {label} | not finished | - |")
+            continue
         r = stats["reward"]
         lines.append(f"| {label} | {r['mean']:.3f} +/- {r['stderr']:.3f} | {r['n']} |")
     lines += ["", "Commands (in order):", "", "```bash"]
