@@ -5,7 +5,8 @@ It recognises, anywhere under DIR:
 - evaluations: ``results.jsonl`` + ``metadata.json`` (vf-eval's layout, ours or vf-eval's own) -> a table and
   per-turn reward bars;
 - benchmarks: ``grid.jsonl`` -> the model x retriever (or environment) grid as a table and a heatmap.
-A study directory (``study.json``, written by `rlvr study`) gets the study's own report instead (rlvr.study.report).
+A study directory (``study.json``, written by `rlvr study`) gets the study's own report instead: `rlvr analyze`
+hands it to rlvr.study.report.
 """
 
 from __future__ import annotations
@@ -145,12 +146,6 @@ def analyze(directory: Path) -> Path:
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory} is not a directory: give a run, evaluation or benchmark directory")
-    from rlvr.study.layout import is_study
-
-    if is_study(directory):  # `rlvr study`: paired comparisons across seeds, not one table per run
-        from rlvr.study.report import write_report
-
-        return write_report(directory)
     report = Report()
 
     runs = sorted(directory.rglob("metrics.jsonl"))

@@ -75,20 +75,6 @@ def _evaluate(env, server, settings: DemoSettings, label: str) -> dict:
     return {"results": results, "summary": summary}
 
 
-def _sync_final_weights(server, final_dir: Path) -> float:
-    """The server holds the weights of the last *generation*; load the final ones before evaluating them."""
-    from safetensors.torch import load_file
-
-    from rlvr.serve import CPUWeightSyncClient
-
-    start = time.perf_counter()
-    state = load_file(final_dir / "model.safetensors")
-    if "lm_head.weight" not in state and "model.embed_tokens.weight" in state:  # tied: vLLM may keep its own copy
-        state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
-    CPUWeightSyncClient(server.url).update_weights(state)
-    return time.perf_counter() - start
-
-
 def _plot(metrics_path: Path, before: dict, after: dict, out_png: Path, algo: str) -> None:
     from rlvr.analysis import read_jsonl
 
@@ -164,7 +150,7 @@ Training run (metrics.jsonl, rollouts.jsonl, checkpoints): `train/`. Evaluations
 
 def run_demo(settings: DemoSettings, run_dir: Path) -> Path:
     from rlvr import models
-    from rlvr.serve import launch
+    from rlvr.serve import launch, load_saved_weights
     from rlvr.trainer import run_training
 
     timings: dict[str, float] = {}
@@ -188,7 +174,7 @@ def run_demo(settings: DemoSettings, run_dir: Path) -> Path:
         run_training(env, settings.model, demo_config(settings, run_dir / "train"), server_url=server.url)
         timings["training"] = time.perf_counter() - mark
 
-        timings["final weight sync"] = _sync_final_weights(server, run_dir / "train" / "final")
+        timings["final weight sync"] = load_saved_weights(server.url, run_dir / "train" / "final")
         mark = time.perf_counter()
         after = _evaluate(env, server, settings, "after training")
         evaluation.save_results(after["results"], run_dir / "eval_after")

@@ -14,9 +14,12 @@ console = Console()
 def analyze(directory: Path = typer.Argument(..., help="A run, evaluation, benchmark or study directory.")) -> None:
     """Tables and plots: reward curves over training, per-turn rewards, the model x retriever grid, a study's report."""
     from rlvr.analysis import analyze as write_analysis
+    from rlvr.study.layout import is_study
+    from rlvr.study.report import write_report
 
     try:
-        report = write_analysis(directory)
+        # a study gets its paired comparisons across seeds, not one table per run
+        report = write_report(directory) if is_study(directory) else write_analysis(directory)
     except (FileNotFoundError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from err

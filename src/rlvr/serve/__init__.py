@@ -4,7 +4,7 @@ Importing this package imports neither vLLM nor FastAPI (the server runs in its 
 client needs (routes, admin header) are in `rlvr.serve.protocol`.
 """
 
-from rlvr.serve.client import CPUWeightSyncClient, WeightSyncError
+from rlvr.serve.client import CPUWeightSyncClient, WeightSyncError, load_saved_weights
 from rlvr.serve.launch import ServeLaunchError, Server, launch, servers_started_by
 from rlvr.serve.protocol import ADMIN_HEADER, ADMIN_TOKEN_ENV
 
@@ -16,5 +16,6 @@ __all__ = [
     "ServeLaunchError",
     "WeightSyncError",
     "launch",
+    "load_saved_weights",
     "servers_started_by",
 ]

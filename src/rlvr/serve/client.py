@@ -170,6 +170,26 @@ class CPUWeightSyncClient:
         return {**response.json(), "transport": transport, "write_seconds": write_seconds}
 
 
+def load_saved_weights(url: str, directory: Path) -> float:
+    """Serve the full-model weights saved in `directory` (a run's `final/` or a checkpoint): the server keeps the
+    weights of the last sync, which precede the last optimizer step. Returns the seconds it took."""
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    path = directory / "model.safetensors"
+    if not path.is_file():
+        hint = " It holds a LoRA adapter: merge it into the base model first." if (
+            directory / "adapter_model.safetensors").is_file() else ""
+        raise WeightSyncError(f"{directory} has no model.safetensors to serve.{hint}")
+    start = time.perf_counter()
+    state = load_file(path)
+    if "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]  # tied: vLLM may keep its own lm_head
+    with CPUWeightSyncClient(url) as client:
+        client.update_weights(state)
+    return time.perf_counter() - start
+
+
 def _reason(response: httpx.Response) -> str | None:
     try:
         return response.json().get("reason")

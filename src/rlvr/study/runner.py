@@ -158,9 +158,8 @@ def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: st
              manifest: Manifest) -> None:
     from transformers.trainer_utils import get_last_checkpoint
 
-    # The demo's loader of a final/ directory into a running server (tied embeddings handled there).
-    from rlvr.demo import _sync_final_weights
     from rlvr.offline.run import train_offline
+    from rlvr.serve import load_saved_weights
     from rlvr.trainer import run_training
 
     unit = layout.cell(algo, seed)
@@ -184,7 +183,7 @@ def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: st
                          resume=resumed_from or False)
         gc.collect()  # the trainer, its model and optimizer: free them before the next cell loads its own
     wall["training"] = time.perf_counter() - start
-    wall["final_sync"] = _sync_final_weights(server, final)
+    wall["final_sync"] = load_saved_weights(server.url, final)
     wall["evaluation"] = _evaluate(env, server, settings, layout.eval(unit), f"{algo}, seed {seed}, trained")
     wall["total"] = time.perf_counter() - start
     done = {"algo": algo, "seed": seed, "wall_s": wall, "resumed_from": resumed_from, "finished": _now(),
