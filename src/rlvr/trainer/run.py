@@ -100,7 +100,10 @@ def run_training(
     if run_dir is not None:
         config.output_dir = str(run_dir)
     run_dir = Path(config.output_dir)
-    checkpoint = get_last_checkpoint(str(run_dir)) if resume is True and run_dir.is_dir() else (resume or None)
+    if resume is True:  # the newest checkpoint, if the run directory has one yet
+        checkpoint = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+    else:
+        checkpoint = resume or None
     recipe = trainer_class(config)
     recipe.preflight(env, config)
     is_main = PartialState().is_main_process
