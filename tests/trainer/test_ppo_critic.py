@@ -62,7 +62,7 @@ def sample(turn_index, returns, old_values, on_env_tokens=False) -> ValueSample:
 def critic(tiny_model, lora: bool = False, **kwargs) -> Critic:
     torch.manual_seed(0)
     config = lora_config(4, 8, 0.0, None) if lora else None
-    settings = dict(dtype=torch.float32, device="cpu", pad_token_id=2, learning_rate=1e-2, weight_decay=0.0,
+    settings = dict(device="cpu", pad_token_id=2, learning_rate=1e-2, weight_decay=0.0,
                     max_grad_norm=1.0, value_clip=0.5, lora=config)
     return Critic(str(tiny_model), **{**settings, **kwargs})
 
@@ -170,3 +170,15 @@ def test_gpu_config_is_ragens_webshop_setting(tmp_path):
     assert (config.gae, config.gamma, config.lam, config.beta) == ("bi_level", 1.0, 1.0, 0.0)
     assert (config.batch_size, config.rollouts_per_example) == (32, 16)
     assert (config.learning_rate, config.critic_learning_rate, config.value_clip) == (1e-6, 1e-5, 0.5)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_bf16_computes_in_bf16_and_keeps_trained_weights_in_float32(tiny_model, lora):
+    c = critic(tiny_model, lora=lora, bf16=True)
+    assert all(p.dtype == torch.float32 for p in c.parameters)  # what AdamW updates
+    s = sample([-1, 0, 0, -1, 1], [0.0, 1.0, 1.0, 0.0, 2.0], [0.0] * 5)
+    full = critic(tiny_model, lora=lora)
+    (bf16_values,) = c.values([s], max_samples=1, max_tokens=None)
+    (fp32_values,) = full.values([s], max_samples=1, max_tokens=None)
+    assert bf16_values != fp32_values and bf16_values == pytest.approx(fp32_values, abs=0.05)
+    assert math.isfinite(c.update([[s]], value_tokens=3)["critic/value_loss"])

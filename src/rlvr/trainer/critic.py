@@ -96,10 +96,13 @@ class Critic:
     """The value model, its AdamW optimizer (constant learning rate, as verl's critic by default) and its update."""
 
     def __init__(
-        self, model_path: str, *, dtype: torch.dtype, device, pad_token_id: int, learning_rate: float,
-        weight_decay: float, max_grad_norm: float, value_clip: float, lora: LoraConfig | None = None,
+        self, model_path: str, *, device, pad_token_id: int, learning_rate: float, weight_decay: float,
+        max_grad_norm: float, value_clip: float, bf16: bool = False, lora: LoraConfig | None = None,
         gradient_checkpointing: bool = False,
     ):
+        # As the policy (policy.load_policy): weights the optimizer updates stay float32 (an AdamW step of lr 1e-5
+        # mostly rounds away on a bfloat16 weight); bf16 is the compute dtype. Under LoRA the frozen base may be bf16.
+        dtype = torch.bfloat16 if bf16 and lora is not None else torch.float32
         config = AutoConfig.from_pretrained(model_path, num_labels=1)
         config.classifier_dropout = 0.0  # GenericForTokenClassification's default is 0.1 without it
         if config.pad_token_id is None:
@@ -108,10 +111,14 @@ class Critic:
             model_path, config=config, dtype=dtype, attn_implementation="sdpa")
         if lora is not None:
             model = get_peft_model(model, lora)
+            for parameter in model.parameters():  # the head (a module to save) is copied in the base's dtype
+                if parameter.requires_grad:
+                    parameter.data = parameter.data.float()
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = model.to(device)
         self.device = device
+        self.bf16 = bf16
         self.pad_token_id = pad_token_id
         self.max_grad_norm = max_grad_norm
         self.value_clip = value_clip
@@ -122,7 +129,8 @@ class Critic:
     def _forward(self, samples: Sequence[Sample]) -> torch.Tensor:
         """(B, T) values, column t = the value of the state before token t (column 0 is 0: nothing precedes it)."""
         input_ids, attention_mask = padded(samples, self.pad_token_id, self.device)
-        head = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()
+        with torch.autocast(device_type=torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.bf16):
+            head = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0].float()
         return torch.nn.functional.pad(head[:, :-1], (1, 0))
 
     @torch.no_grad()

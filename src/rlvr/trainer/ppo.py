@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
+from accelerate.utils import DistributedType
 
 from rlvr.credit import GAE_ESTIMATORS, estimate, token_rewards, whiten
 from rlvr.credit.gae import RETURNS
@@ -157,7 +158,12 @@ class PPOTrainer(OnPolicyTrainer):
         super().__init__(model, env, args, **kwargs)
         policy = self.accelerator.unwrap_model(self.model)
         if args.kl_reward_coef > 0 and self.ref_model is None and not args.use_lora:
-            self.ref_model = frozen_reference(policy).to(self.args.device)  # under LoRA: the adapter disabled
+            # as OnPolicyTrainer's reference for a KL in the loss; under LoRA: the policy with its adapter disabled
+            self.ref_model = frozen_reference(policy, torch.bfloat16 if args.bf16 else None).to(self.args.device)
+        if args.critic_warmup_steps and self.accelerator.distributed_type == DistributedType.DEEPSPEED:
+            raise ConfigError("critic_warmup_steps under DeepSpeed: its engine steps the actor inside backward, so "
+                              "the warm-up cannot hold the actor back; set critic_warmup_steps=0 or train without "
+                              "DeepSpeed")
         from rlvr.models import resolve
 
         lora = None
@@ -165,7 +171,7 @@ class PPOTrainer(OnPolicyTrainer):
             lora = lora_config(args.lora_rank, args.lora_alpha, args.lora_dropout, args.lora_target_modules)
         self.critic = Critic(
             resolve(args.critic_model or (model if isinstance(model, str) else policy.config._name_or_path)),
-            dtype=policy.dtype, device=self.args.device, pad_token_id=self.processing_class.pad_token_id,
+            bf16=args.bf16, device=self.args.device, pad_token_id=self.processing_class.pad_token_id,
             learning_rate=args.critic_learning_rate, weight_decay=args.critic_weight_decay,
             max_grad_norm=args.critic_max_grad_norm, value_clip=args.value_clip, lora=lora,
             gradient_checkpointing=args.gradient_checkpointing,
