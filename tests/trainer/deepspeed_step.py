@@ -6,7 +6,8 @@ The same six samples train tiny-random for one step twice from the same weights:
 `--micro-batch-size`-sample micro-batches; then a third time with a NaN sampling logprob on one trained token,
 which DeepSpeed must skip. Prints one JSON line: DeepSpeed's optimizer-step count after each run, the largest
 weight change of the one-micro-batch run, the largest difference between the first two runs' changes, and the
-skipped run's step counts and largest change.
+skipped run's step counts and largest change. Each run also checks that the weights its stand-in server was sent
+before step 0 are the initial weights, whole (under ZeRO-3 the sync gathers the shards).
 """
 
 from __future__ import annotations
@@ -33,15 +34,23 @@ def zero_config(stage: int) -> dict:
             "bf16": {"enabled": "auto"}}
 
 
+def weights(trainer) -> dict[str, torch.Tensor]:
+    """Whole tensors (ZeRO-3 keeps a shard of each on every rank: gathered as the weight sync gathers them)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with trainer.gathered_parameters(model):
+        return {k: v.detach().float().clone() for k, v in model.state_dict().items()}
+
+
 def one_step(samples: list[Sample], micro_batch_size: int, stage: int, run_dir: str) -> tuple[dict, int, int]:
     args = fixed_batch_config(run_dir, micro_batch_size=micro_batch_size, batch_size=48,
                               rollouts_per_example=8, learning_rate=1e-3, deepspeed=zero_config(stage))
     trainer = FixedBatchTrainer("tiny-random", args, samples)
-    before = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    before = weights(trainer)
     trainer.train()
-    after = trainer.model.state_dict()
-    return ({k: after[k].float() - before[k].float() for k in before}, trainer.model_wrapped.global_steps,
-            trainer.skipped_steps)
+    after = weights(trainer)
+    (synced,) = trainer.server.syncs  # before step 0: the initial weights, whole (gathered under ZeRO-3)
+    assert synced.keys() == before.keys() and all(torch.equal(t.float(), before[k]) for k, t in synced.items())
+    return {k: after[k] - before[k] for k in before}, trainer.model_wrapped.global_steps, trainer.skipped_steps
 
 
 def main() -> None:

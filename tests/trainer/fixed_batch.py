@@ -47,7 +47,8 @@ class FixedBatchTrainer(MTGRPOTrainer):
         super().__init__(model, env or load_environment(), args, server_url="http://stand-in")
 
     def connect(self, server_url, model_name, tokenizer):
-        return ServerStandIn(self.transport)
+        self.server = ServerStandIn(self.transport)  # kept: the trainer drops its reference when training ends
+        return self.server
 
     def make_batch(self, batch_index: int) -> TrainBatch:
         micro = split_batch(self.samples, self.accelerator.num_processes, self.processing_class.pad_token_id,

@@ -45,12 +45,14 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_deepspeed_makes_one_optimizer_step_per_training_step_and_skips_a_nan_one(tiny_model):
-    # DeepSpeed's own CPU accelerator (gloo), one rank, ZeRO-2: the DeepSpeed engine, its ZeRO optimizer and
-    # accelerate's DeepSpeed wrapper are the real ones; only the device is a CPU.
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_makes_one_optimizer_step_per_training_step_and_skips_a_nan_one(tiny_model, stage):
+    # DeepSpeed's own CPU accelerator (gloo), one rank, ZeRO-2 and ZeRO-3 (the shipped GPU configs' stages): the
+    # DeepSpeed engine, its ZeRO optimizer and accelerate's DeepSpeed wrapper are the real ones; only the device is a
+    # CPU. The script also checks that the weights sent before step 0 are the initial ones, whole (ZeRO-3 gathers).
     env = {**os.environ, "ACCELERATE_USE_DEEPSPEED": "true", "DS_ACCELERATOR": "cpu", "RANK": "0", "LOCAL_RANK": "0",
            "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    result = subprocess.run([sys.executable, str(SCRIPT), "--micro-batch-size", "2", "--stage", "2"], cwd=REPO,
+    result = subprocess.run([sys.executable, str(SCRIPT), "--micro-batch-size", "2", "--stage", str(stage)], cwd=REPO,
                             env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
