@@ -161,7 +161,8 @@ def run_demo(settings: DemoSettings, run_dir: Path) -> Path:
         models.prepare(settings.model)
         env = evaluation.load_env(settings.env, settings.env_args)
     console.print(f"starting rlvr serve for {settings.model}...")
-    with launch(model=settings.model) as server:
+    # float32, the trainer's dtype on CPU: the sampler's logprobs are then the trainer's (vLLM would serve bf16)
+    with launch(model=settings.model, dtype="float32") as server:
         timings["setup and server start"] = time.perf_counter() - start
 
         mark = time.perf_counter()

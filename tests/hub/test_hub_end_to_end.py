@@ -47,8 +47,8 @@ def test_publish_install_and_evaluate_gsm8k_code(
     assert (site / "vf_gsm8k_code" / "__init__.py").is_file() and (site / "rlvr" / "__init__.py").is_file()
     assert not (site / "pyproject.toml").exists()
     # the accelerate configs ship inside the installed rlvr wheel and resolve there (no repository checkout needed)
-    resolved = subprocess.check_output([str(python), "-c", "from rlvr.cli.train import accelerate_config_file as f; "
-                                        "print(f('cpu_ddp.yaml'))"], text=True).strip().splitlines()[-1]
+    resolved = subprocess.check_output([str(python), "-c", "from rlvr.trainer.run import accelerate_config as f; "
+                                        "print(f(2, cuda=False))"], text=True).strip().splitlines()[-1]
     assert Path(resolved) == site / "rlvr" / "trainer" / "accelerate" / "cpu_ddp.yaml" and Path(resolved).is_file()
 
     listed = rlvr("env", "list", python=python)

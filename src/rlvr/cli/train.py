@@ -17,7 +17,6 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +175,8 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint in --run-dir."),
     num_processes: int = typer.Option(1, "--num-processes", help="Training processes under `accelerate launch`."),
     accelerate_config: Path | None = typer.Option(
-        None, "--accelerate-config", help="accelerate config for --num-processes (default: rlvr's CPU DDP config)."),
+        None, "--accelerate-config",
+        help="accelerate config for --num-processes (default: DeepSpeed ZeRO-2 in bf16 on GPUs, CPU DDP otherwise)."),
     list_algos: bool = typer.Option(False, "--list", help="List the algorithms and exit."),
 ) -> None:
     """Train a model on an environment (MT-GRPO and relatives); writes a run directory."""
@@ -190,25 +190,27 @@ def train(
         return
     plan = resolve_plan(config, env, model, algo, overrides, env_args, server, run_dir, resume, dataset)
     if num_processes > 1:
+        if plan.dataset:
+            raise fail("--num-processes with --dataset: the offline algorithms (sft, oreo) train in one process")
         launch_distributed(plan, num_processes, accelerate_config)
     else:
         run_plan(plan)
     console.print(f"run directory: {plan.run_dir}  (rlvr analyze {plan.run_dir})")
 
 
-def accelerate_config_file(name: str) -> Path:
-    """One of the accelerate configs shipped inside the package (rlvr/trainer/accelerate/)."""
-    return Path(str(resources.files("rlvr.trainer") / "accelerate" / name))
-
-
 def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: Path | None) -> None:
     """Run the plan under `accelerate launch`; the rollout server is started once here, outside the workers."""
     from rlvr.io import atomic_write_json
     from rlvr.serve import launch
+    from rlvr.trainer import ConfigError
+    from rlvr.trainer.run import accelerate_config as choose_config
+    from rlvr.trainer.run import serving_dtype
 
-    config_file = accelerate_config or accelerate_config_file("cpu_ddp.yaml")
-    if not Path(config_file).is_file():
-        raise fail(f"--accelerate-config {config_file} does not exist")
+    bf16 = bool(plan.training.get("bf16", False))
+    try:
+        config_file = choose_config(num_processes, accelerate_config, bf16=bf16)
+    except ConfigError as err:
+        raise fail(str(err)) from err
 
     def run(url: str) -> None:
         plan_file = Path(plan.run_dir) / PLAN_FILE
@@ -222,7 +224,7 @@ def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: P
     if plan.server:
         run(plan.server)
     else:
-        with launch(model=plan.model) as started:
+        with launch(model=plan.model, dtype=serving_dtype(bf16)) as started:
             run(started.url)
 
 
