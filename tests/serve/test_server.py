@@ -14,6 +14,8 @@ from openai import AsyncOpenAI
 from transformers import AutoTokenizer
 from verifiers.utils.response_utils import parse_response_tokens
 
+pytestmark = pytest.mark.slow
+
 MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 # Rollout requests ask vLLM for token ids; verifiers' trainer reads them through parse_response_tokens.
 TOKENS = {"return_token_ids": True}

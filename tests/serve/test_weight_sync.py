@@ -22,6 +22,8 @@ from transformers import AutoModelForCausalLM
 from rlvr.serve import ADMIN_HEADER, CPUWeightSyncClient, WeightSyncError, launch
 from rlvr.serve.launch import group_processes
 
+pytestmark = pytest.mark.slow
+
 TOKEN = secrets.token_hex(16)
 MESSAGES = [{"role": "user", "content": "Count from one to five."}]
 # fp32 on both sides (see sync_server), so only summation order differs.
