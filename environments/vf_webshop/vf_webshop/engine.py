@@ -38,7 +38,7 @@ SHOWN_ACTION_CHARS = 200  # how much of an invalid action the observation quotes
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
-    """`search[red shoes]` -> ('search', 'red shoes'); anything else -> (action, None).
+    r"""`search[red shoes]` -> ('search', 'red shoes'); anything else -> (action, None).
 
     engine.py parse_action matches `(.+)\[(.+)\]` from the start: within the first line, the name runs to the
     last `[` that has a `]` at least two characters later, and the argument to the last `]`. That regex backtracks

@@ -80,12 +80,17 @@ def policy_loss(logps: torch.Tensor, ref_logps: torch.Tensor, action_mask: torch
     (`--dro_actor_loss`, train_oreo.sh) and the step-level one (`--step_level`, train_oreo_alfworld.sh) - which
     with ALFWorld's `--token_level_agent` states at every action token is again the token-level loss.
     """
-    to_go = logratio_to_go(logps, ref_logps, action_mask)
-    following = next_state_index(state_mask)
-    has_next = following >= 0
-    later = torch.gather(to_go, -1, following.clamp(min=0)) * has_next  # sum over actions of later states
-    current = to_go - later  # the current action's log-ratio, with gradient
-    error = values.detach() - rewards[:, None] + beta * (current + later.detach())
+    with torch.no_grad():
+        to_go = logratio_to_go(logps, ref_logps, action_mask)
+        following = next_state_index(state_mask)
+        later = torch.gather(to_go, -1, following.clamp(min=0)) * (following >= 0)  # actions of later states
+    # The current action's log-ratio summed over its own step only (not to_go - later: the subtraction would leave
+    # rounding-sized gradients on later steps' tokens).
+    step = torch.cumsum(state_mask.long(), -1)  # at each position, 1 + the index of the latest state (0: before any)
+    ratio = (logps - ref_logps) * action_mask
+    per_step = torch.zeros(ratio.size(0), ratio.size(-1) + 1, dtype=ratio.dtype, device=ratio.device)
+    current = torch.gather(per_step.scatter_add(-1, step, ratio), -1, step)
+    error = values.detach() - rewards[:, None] + beta * (current + later)
     return _per_sequence_mean(error.square(), state_mask)
 
 
