@@ -138,6 +138,28 @@ def test_official_layout_folders_are_played(small_env, tmp_path, game_cache):
     assert load_environment(data_path=str(data), num_train_examples=0, num_eval_examples=2).dataset is None
 
 
+def test_both_put_forms_play_in_either_grammar(small_env, tmp_path):
+    """ALFWorld's published game files say "put O in/on X", alfworld 0.4's grammar "move O to X": either command
+    is played in the form the game accepts."""
+    simple = next(r for r in small_env.get_dataset().to_list() if game_of(r).task.task_type == "pick_and_place_simple")
+    game = game_of(simple)
+    old = tmp_path / "json_2.1.1" / "train" / Path(game.game_file).parent.parent.name / "trial_old"
+    shutil.copytree(Path(game.game_file).parent, old)
+    data = json.loads((old / "game.tw-pddl").read_text())
+    assert 'template :: "move {o} to {r}";' in data["grammar"]
+    data["grammar"] = data["grammar"].replace('template :: "move {o} to {r}";', 'template :: "put {o} in/on {r}";')
+    (old / "game.tw-pddl").write_text(json.dumps(data))
+    old_env = load_environment(data_path=str(tmp_path / "json_2.1.1"), num_train_examples=1, num_eval_examples=0,
+                               eval_split="train")  # fmt: skip
+    old_row = old_env.get_dataset().to_list()[0]
+    *path, put = game.walkthrough  # the last command puts the object down
+    obj, receptacle = put[len("move "):].split(" to ")
+    for env, row, command in ((small_env, simple, f"put {obj} in/on {receptacle}"), (old_env, old_row, put),
+                              (old_env, old_row, f"put {obj} in/on {receptacle}")):  # fmt: skip
+        state = play(env, row, [action(c) for c in [*path, command]])
+        assert state["reward"] == 1.0 and state["trajectory"][-1]["extras"]["alfworld"]["valid"], command
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

@@ -21,8 +21,7 @@ from vf_alfworld.protocol import (
         ("<action>look</action> no wait <action>open drawer 1</action>", "open drawer 1"),  # the last one counts
         ("<ACTION>Go To Cabinet 2.</ACTION>", "go to cabinet 2"),
         ("Think: the apple is hot now.\nAction: move apple 1 to countertop 1\nDone.", "move apple 1 to countertop 1"),
-        ("<action>put apple 1 in/on countertop 1</action>", "move apple 1 to countertop 1"),  # ReAct's old syntax
-        ("<action>put mug 2 on desk 1</action>", "move mug 2 to desk 1"),
+        ("<action>Put Apple 1 in/on CounterTop 1</action>", "put apple 1 in/on countertop 1"),  # the engine maps it
         ("<action>  `take   cd 1 from\tdrawer 3`  </action>", "take cd 1 from drawer 3"),
         ("<action>go to\x00 fridge 1\u202e</action>", "go to fridge 1"),  # control characters become spaces
         ("I would go to the fridge.", None),

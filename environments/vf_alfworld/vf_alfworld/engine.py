@@ -17,6 +17,7 @@ import copy
 import functools
 import hashlib
 import itertools
+import re
 import shutil
 import threading
 from collections import Counter, OrderedDict, defaultdict
@@ -34,6 +35,10 @@ OBSERVATION_ONLY_FACTS = frozenset({"checked", "examined"})
 # logic parsing (tatsu errors, "pop from empty list"). Every textworld call of the process holds this lock; steps
 # take milliseconds, so rollouts still interleave.
 TEXTWORLD_LOCK = threading.Lock()
+# ALFWorld's command for putting an object down: "put O in/on X" in the game files ALFWorld published (and in the
+# ReAct prompts), "move O to X" in alfworld 0.4's grammar (generated games). Either form is played in the form the
+# game accepts.
+PUT_COMMAND = re.compile(r"^(?:put|move) (.{1,80}?) (?:in/on|in|on|into|onto|to) (.{1,80})$")
 # Translated game files kept by the process (least recently used dropped first), see FastResetPddlEnv.
 TRANSLATED_GAMES_KEPT = 64  # about 4 MB each for an official game
 _TRANSLATED: OrderedDict = OrderedDict()
@@ -123,6 +128,17 @@ def _pddl_env_class():
     return FastResetPddlEnv
 
 
+def as_admissible(command: str, admissible) -> str:
+    """`command`, or its other put form (PUT_COMMAND) when that is the one the game accepts."""
+    found = None if command in admissible else PUT_COMMAND.match(command)
+    if found:
+        obj, receptacle = found.groups()
+        for form in (f"move {obj} to {receptacle}", f"put {obj} in/on {receptacle}"):
+            if form in admissible:
+                return form
+    return command
+
+
 class AlfredGame:
     """One textworld PddlEnv, reused for game after game (each loads its own copy of fast-downward's library)."""
 
@@ -147,6 +163,7 @@ class AlfredGame:
 
     def step(self, command: str) -> Observation:
         with TEXTWORLD_LOCK:
+            command = as_admissible(command, self._state["admissible_commands"])
             valid = command in self._state["admissible_commands"]
             self._state, _, _ = self._env.step(command)
             return self._observe(valid)

@@ -8,7 +8,6 @@ reminder instead of a game step.
 
 from __future__ import annotations
 
-import re
 import unicodedata
 
 ALFWORLD_PROMPT = """\
@@ -47,8 +46,6 @@ NO_ACTION_REPLY = "No action found. End your reply with one action inside <actio
 
 MAX_ACTION_CHARS = 200
 OPEN_TAG, CLOSE_TAG = "<action>", "</action>"
-# ALFWorld <= 0.3 and the ReAct prompts wrote "put O in/on X"; alfworld 0.4's grammar says "move O to X".
-PUT_ALIAS = re.compile(r"^put (.+?) (?:in|on|into|onto|in/on) (.+)$")
 
 
 def extract_action(reply: str) -> str | None:
@@ -68,17 +65,12 @@ def extract_action(reply: str) -> str | None:
 
 
 def normalize_command(raw: str, backend: str) -> str:
-    """Lower-case, one line, single spaces, no control characters, quotes or trailing full stop, at most
-    MAX_ACTION_CHARS characters: the form the games' command lists use."""
+    """One line, single spaces, no control characters, quotes or trailing full stop, at most MAX_ACTION_CHARS
+    characters, and lower-case for ALFWorld: the form the games' command lists use."""
     text = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in raw[: MAX_ACTION_CHARS * 4])
     text = " ".join(text.split()).strip(" `'\".")
     text = text[:MAX_ACTION_CHARS]
-    if backend == "alfworld":
-        text = text.lower()
-        alias = PUT_ALIAS.match(text)
-        if alias:
-            text = f"move {alias.group(1)} to {alias.group(2)}"
-    return text
+    return text.lower() if backend == "alfworld" else text
 
 
 def parse_action(reply: str, backend: str) -> str | None:
