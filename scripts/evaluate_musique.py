@@ -54,6 +54,7 @@ def evaluate(
     rlvr_evaluate.evaluate(
         env=ENV, model=model, url=endpoint, num_examples=num_examples, rollouts_per_example=rollouts_per_example,
         env_args=env_args(dataset, data_path, retriever), temperature=temperature, max_tokens=max_tokens, out=out,
+        search=None, value_model=None, beam_width=4,  # typer fills these only on the command line
     )
 
 

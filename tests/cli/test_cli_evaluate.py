@@ -60,7 +60,8 @@ def test_evaluate_results_read_by_verifiers_and_datasets(evaluation, tiny_server
         lazy.close()
     dataset = load_dataset("json", data_files=str(out / "results.jsonl"), split="train")
     assert dataset.num_rows == 6
-    assert {"prompt", "completion", "reward", "turn_rewards", "turn_advantages"} <= set(dataset.column_names)
+    assert {"prompt", "completion", "reward", "turn_rewards"} <= set(dataset.column_names)
+    assert "turn_advantages" not in dataset.column_names  # advantages are a training quantity, not an evaluation one
 
 
 def test_evaluate_prints_the_metrics_table(evaluation):
@@ -96,8 +97,8 @@ def test_predict_jsonl_and_dataset(tiny_server, tmp_path):
     assert result.says(f"4 rollouts -> {out}/predictions.jsonl"), result
     records = read_jsonl(out / "predictions.jsonl")
     assert len(records) == 4
-    fields = {"example_id", "prompt", "completion", "answer", "num_turns", "turn_rewards", "turn_advantages",
-              "reward", "metrics", "stop_condition", "error"}
+    fields = {"example_id", "prompt", "completion", "answer", "num_turns", "turn_rewards", "reward", "metrics",
+              "stop_condition", "error"}
     for record in records:
         assert set(record) == fields
         assert record["num_turns"] == len(record["turn_rewards"]) >= 1
