@@ -67,6 +67,16 @@ def critic(tiny_model, lora: bool = False, **kwargs) -> Critic:
     return Critic(str(tiny_model), **{**settings, **kwargs})
 
 
+def random_head(c: Critic) -> Critic:
+    """The critic with a random value head (it starts at 0), for tests that need values that vary."""
+    torch.manual_seed(1)
+    head = c.model.get_submodule("base_model.model.score" if c.is_lora else "score")
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(0.02 * torch.randn(p.shape))  # the scale of the initialisation it replaces
+    return c
+
+
 def weights(c: Critic) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in c.model.state_dict().items()}
 
@@ -88,8 +98,24 @@ def test_environment_tokens_never_receive_value_loss(tiny_model):
     assert stats["critic/value_loss"] > 100 * after[0][1]["critic/value_loss"]
 
 
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_fresh_critic_predicts_zero_and_learns_from_there(tiny_model, lora):
+    c = critic(tiny_model, lora=lora, value_clip=100.0)  # no clipping around the old values (0) here
+    s = sample([-1, 0, 0, -1, 1], [0.0, 1.0, 1.0, 0.0, 1.0], [0.0] * 5)
+    assert c.values([s], max_samples=1, max_tokens=None) == [[0.0] * 5]
+    # the first step moves the head only (the backbone's gradient passes through the zero head), towards the
+    # targets (1) on the assistant tokens; from the second step on the backbone (or its adapter) learns too
+    backbone = {k: v for k, v in weights(c).items() if "score" not in k}
+    c.update([[s]], value_tokens=3)
+    (after,) = c.values([s], max_samples=1, max_tokens=None)
+    assert sum(after[t] for t in (1, 2, 4)) > 0
+    assert all(torch.equal(v, weights(c)[k]) for k, v in backbone.items())
+    c.update([[s]], value_tokens=3)
+    assert not all(torch.equal(v, weights(c)[k]) for k, v in backbone.items())
+
+
 def test_values_are_read_one_position_before_the_token(tiny_model):
-    c = critic(tiny_model)
+    c = random_head(critic(tiny_model))
     s = sample([-1, 0, 0, 0], [0.0] * 4, [0.0] * 4)
     (values,) = c.values([s], max_samples=4, max_tokens=None)
     with torch.no_grad():
@@ -174,10 +200,10 @@ def test_gpu_config_is_ragens_webshop_setting(tmp_path):
 
 @pytest.mark.parametrize("lora", [False, True])
 def test_bf16_computes_in_bf16_and_keeps_trained_weights_in_float32(tiny_model, lora):
-    c = critic(tiny_model, lora=lora, bf16=True)
+    c = random_head(critic(tiny_model, lora=lora, bf16=True))
     assert all(p.dtype == torch.float32 for p in c.parameters)  # what AdamW updates
     s = sample([-1, 0, 0, -1, 1], [0.0, 1.0, 1.0, 0.0, 2.0], [0.0] * 5)
-    full = critic(tiny_model, lora=lora)
+    full = random_head(critic(tiny_model, lora=lora))
     (bf16_values,) = c.values([s], max_samples=1, max_tokens=None)
     (fp32_values,) = full.values([s], max_samples=1, max_tokens=None)
     assert bf16_values != fp32_values and bf16_values == pytest.approx(fp32_values, abs=0.05)

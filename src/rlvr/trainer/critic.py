@@ -92,6 +92,20 @@ def lora_config(rank: int, alpha: float, dropout: float, target_modules: str | l
                       target_modules=target_modules or "all-linear", exclude_modules=["score"])
 
 
+def zero_value_head(model: torch.nn.Module) -> None:
+    """Start the value head at 0: the critic first predicts "no reward to come". verl's critic keeps the head's
+    random initialisation (normal, std 0.02), whose values on SmolLM2-135M's hidden states are of order 1 and vary
+    from token to token (vf-webshop, step 1: mean value 0.77 against a mean target of 0.03, explained variance
+    -250). With gamma = lam = 1 every token's advantage is its reward-to-go minus its value, so that noise, not the
+    rewards, would steer the first updates. From 0 the first advantages are the rewards-to-go themselves; the head
+    still gets gradients (the hidden states times the errors), and the backbone (or its adapter) from the next step.
+    """
+    head = model.score  # GenericForTokenClassification's linear layer to one label
+    torch.nn.init.zeros_(head.weight)
+    if head.bias is not None:
+        torch.nn.init.zeros_(head.bias)
+
+
 class Critic:
     """The value model, its AdamW optimizer (constant learning rate, as verl's critic by default) and its update."""
 
@@ -109,6 +123,7 @@ class Critic:
             config.pad_token_id = pad_token_id
         model = AutoModelForTokenClassification.from_pretrained(
             model_path, config=config, dtype=dtype, attn_implementation="sdpa")
+        zero_value_head(model)
         if lora is not None:
             model = get_peft_model(model, lora)
             for parameter in model.parameters():  # the head (a module to save) is copied in the base's dtype
