@@ -7,12 +7,14 @@ usual random baseline. Games: generated (fresh cache, so generation is timed), T
 number of generator draws per split are planned and checked. Writes benchmarks/results/alfworld_env.json atomically.
 
     .venv/bin/python benchmarks/alfworld_env.py [--games 24] [--rollouts 4] [--max-turns 50] [--data-path DIR]
+        [--only generation,generated,official,twc]   # re-measure some settings, keep the others in the JSON
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import random
@@ -156,6 +158,43 @@ def measure(label: str, env_args: dict, rollouts: int) -> dict:
     return result
 
 
+SETTINGS = ("generation", "generated", "official", "twc")
+
+
+def measure_settings(args, only: set[str]) -> dict:
+    """The results of the settings in `only`, under the keys they have in the results JSON."""
+    common = dict(num_train_examples=0, num_eval_examples=args.games, max_turns=args.max_turns)
+    results = {}
+    if "generation" in only:
+        results.update({f"generation_{split}": generation_stats(split, args.draws) for split in ("train", "valid_unseen")})
+    if "generated" in only:
+        with tempfile.TemporaryDirectory() as cache:  # fresh cache: generation is part of the measured load time
+            for split in ("valid_seen", "valid_unseen"):
+                results[f"alfworld_generated_{split}"] = measure(
+                    f"alfworld generated {split}", {**common, "eval_split": split, "cache_dir": cache}, args.rollouts
+                )
+    if "official" in only:  # every official valid_unseen game (134), one random episode each
+        results["alfworld_official_valid_unseen"] = measure(
+            "alfworld official valid_unseen", {**common, "num_eval_examples": -1, "data_path": args.data_path}, 1
+        )
+    if "twc" in only:
+        results["twc"] = measure("twc", {**common, "backend": "twc"}, args.rollouts)
+    return results
+
+
+def parse_only(text: str | None, data_path: str | None) -> set[str]:
+    """--only's settings (all by default; the official games only with --data-path), or a clear error."""
+    only = set(SETTINGS if text is None else (name.strip() for name in text.split(",")))
+    unknown = only - set(SETTINGS)
+    if unknown:
+        raise SystemExit(f"--only: unknown setting(s) {sorted(unknown)}; choose among {', '.join(SETTINGS)}")
+    if data_path is None:
+        if text is not None and "official" in only:
+            raise SystemExit("--only official needs --data-path (ALFWorld's json_2.1.1 folder)")
+        only.discard("official")
+    return only
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=24, help="evaluation games per setting")
@@ -163,31 +202,28 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=50, help="turn limit (ALFWorld's evaluations use 50)")
     parser.add_argument("--draws", type=int, default=120, help="generator draws checked per split")
     parser.add_argument("--data-path", default=None, help="ALFWorld's json_2.1.1 folder, to also measure official games")
+    parser.add_argument("--only", default=None, help=f"comma-separated settings to measure ({', '.join(SETTINGS)}): "
+                        "their keys in --out are replaced, the others kept, each marked with this run's command")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "alfworld_env.json")
     args = parser.parse_args()
+    only = parse_only(args.only, args.data_path)
 
-    common = dict(num_train_examples=0, num_eval_examples=args.games, max_turns=args.max_turns)
-    results = {f"generation_{split}": generation_stats(split, args.draws) for split in ("train", "valid_unseen")}
-    with tempfile.TemporaryDirectory() as cache:  # fresh cache: generation is part of the measured load time
-        for split in ("valid_seen", "valid_unseen"):
-            results[f"alfworld_generated_{split}"] = measure(
-                f"alfworld generated {split}", {**common, "eval_split": split, "cache_dir": cache}, args.rollouts
-            )
-    if args.data_path:  # every official valid_unseen game (134), one random episode each
-        results["alfworld_official_valid_unseen"] = measure(
-            "alfworld official valid_unseen", {**common, "num_eval_examples": -1, "data_path": args.data_path}, 1
-        )
-    results["twc"] = measure("twc", {**common, "backend": "twc"}, args.rollouts)
-    atomic_write_json(args.out, {
-        "benchmark": "alfworld_env",
-        "command": f"benchmarks/alfworld_env.py --games {args.games} --rollouts {args.rollouts} "
-                   f"--max-turns {args.max_turns} --draws {args.draws}"
-                   + (" --data-path <json_2.1.1>" if args.data_path else ""),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_at_end": os.getloadavg()},
-        "date": time.strftime("%Y-%m-%d"),
-        "results": results,
-    })  # fmt: skip
+    command = (f"benchmarks/alfworld_env.py --games {args.games} --rollouts {args.rollouts} "
+               f"--max-turns {args.max_turns} --draws {args.draws}"
+               + (" --data-path <json_2.1.1>" if args.data_path else "")
+               + (f" --only {','.join(s for s in SETTINGS if s in only)}" if args.only else ""))  # fmt: skip
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    results = measure_settings(args, only)
+    if args.only is None:
+        report = {"benchmark": "alfworld_env", "command": command,
+                  "machine": {**machine, "load_average_at_end": os.getloadavg()},
+                  "date": time.strftime("%Y-%m-%d"), "results": results}  # fmt: skip
+    else:  # a partial run: its settings say which command and day measured them; the rest of the file is kept
+        report = json.loads(args.out.read_text())
+        stamp = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "load_average_at_end": os.getloadavg()}  # fmt: skip
+        report["results"].update({key: {**value, "measured_by": stamp} for key, value in results.items()})
+    atomic_write_json(args.out, report)
     print(f"wrote {args.out}")
 
 
