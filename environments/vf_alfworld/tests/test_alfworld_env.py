@@ -189,6 +189,9 @@ def test_twc_backend(twc_env):
         assert expert["reward"] == 1.0 and sum(turn_rewards(expert)) == pytest.approx(1.0)
         keys = [s["extras"]["state_key"] for s in expert["trajectory"]]
         assert all(k.startswith(f"twc/test/{game.seed}:") for k in keys)
+        capitalised = play(twc_env, row, [action(c[0].upper() + c[1:]) for c in game.walkthrough])
+        assert capitalised["reward"] == 1.0  # twc's parser is case-sensitive; the admissible form is played
+        assert all(s["extras"]["alfworld"]["valid"] for s in capitalised["trajectory"])
         nonsense = play(twc_env, row, [action("dance wildly")])
         assert nonsense["reward"] == 0.0 and nonsense["stop_condition"] == "max_turns_reached"
         assert nonsense["completion"][1]["content"].startswith("Unknown action")

@@ -139,6 +139,16 @@ def as_admissible(command: str, admissible) -> str:
     return command
 
 
+def same_but_for_case(command: str, admissible) -> str:
+    """twc's admissible command that differs from `command` only in case, else `command`. twc's parser is
+    case-sensitive and its names keep their case ("take clean blue T-shirt"), so commands are not lower-cased as
+    ALFWorld's are; but "Take dirty plate" (SmolLM2-135M capitalises its actions) means the admissible one."""
+    if command in admissible:
+        return command
+    lowered = command.lower()
+    return next((form for form in admissible if form.lower() == lowered), command)
+
+
 class AlfredGame:
     """One textworld PddlEnv, reused for game after game (each loads its own copy of fast-downward's library)."""
 
@@ -295,7 +305,9 @@ class TwcEngines:
                 self._sim.reset(seed=episode.seed, gameFold=episode.fold, generateGoldPath=False)
                 for previous in episode.commands:
                     self._sim.step(previous)
-            valid = command in self._sim.runHistory[-1]["validActions"]
+            admissible = self._sim.runHistory[-1]["validActions"]
+            command = same_but_for_case(command, admissible)
+            valid = command in admissible
             text, _, _, infos = self._sim.step(command)
             episode.commands.append(command)
             self._current = (episode.number, len(episode.commands))
