@@ -4,10 +4,13 @@ policy, all through the environment itself (verifiers rollouts with a scripted c
 The random policy picks uniformly among the commands the game accepts (listed in each observation), ALFWorld's
 usual random baseline. Games: generated (fresh cache, so generation is timed), TextWorldExpress twc seeds, and, with
 --data-path, ALFWorld's official files (json_2.1.1; all of valid_unseen, one random episode each). Before that, a
-number of generator draws per split are planned and checked. Writes benchmarks/results/alfworld_env.json atomically.
+number of generator draws per split are planned and checked. The `model` setting (not run by default: it serves a
+model) plays a served model (--model, SmolLM2-135M by default) through the same environments with rlvr's own
+evaluation loop, greedy and sampled at temperature 1, beside the random policy at the same turn limit. Writes
+benchmarks/results/alfworld_env.json atomically.
 
     .venv/bin/python benchmarks/alfworld_env.py [--games 24] [--rollouts 4] [--max-turns 50] [--data-path DIR]
-        [--only generation,generated,official,twc]   # re-measure some settings, keep the others in the JSON
+        [--only generation,generated,official,twc,model]   # re-measure some settings, keep the others in the JSON
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import random
@@ -30,6 +34,7 @@ from vf_alfworld.expert import expert_states
 from vf_alfworld.games import solve
 from vf_alfworld.generate import GeneratorConfig
 
+from rlvr import evaluation
 from rlvr.io import atomic_write_json
 from rlvr.testing.client import ScriptedClient
 
@@ -101,6 +106,16 @@ def summary(states: list) -> dict:
     }
 
 
+def policy_summary(states: list) -> dict:
+    """`summary` plus the binomial standard error of the success rate and how the policy's turns went: the share
+    with an action the protocol could read, and the share the game accepted."""
+    steps = [step["extras"]["alfworld"] for s in states for step in s["trajectory"]]
+    result = summary(states)
+    return {**result, "success_stderr": math.sqrt(result["success"] * (1 - result["success"]) / len(states)),
+            "turns_with_action": statistics.fmean(step["action"] is not None for step in steps),
+            "turns_accepted": statistics.fmean(bool(step["valid"]) for step in steps)}  # fmt: skip
+
+
 def timings(engines: TimedEngines) -> dict:
     ms = lambda xs: [1000 * x for x in xs]  # noqa: E731
     return {
@@ -158,7 +173,48 @@ def measure(label: str, env_args: dict, rollouts: int) -> dict:
     return result
 
 
-SETTINGS = ("generation", "generated", "official", "twc")
+def measure_model(label: str, env_args: dict, server, args, samplings: dict[str, tuple[float, int]]) -> dict:
+    """A served model on the environment's eval games: one entry per sampling (temperature, rollouts per game), and
+    the random policy at the same turn limit. Sampled episodes are not seeded (vLLM samples them)."""
+    env = load_environment(**env_args)
+    result = {"env_args": env_args, "model": server.model, "max_tokens": args.model_max_tokens,
+              "random": policy_summary(asyncio.run(random_states(env, args.rollouts)))}  # fmt: skip
+    for name, (temperature, rollouts) in samplings.items():
+        start = time.perf_counter()
+        results = evaluation.run_rollouts(env, base_url=server.base_url, model=server.model, num_examples=-1,
+                                          rollouts_per_example=rollouts,
+                                          sampling_args={"temperature": temperature, "max_tokens": args.model_max_tokens})  # fmt: skip
+        result[name] = {"temperature": temperature, **policy_summary(results["state"]),
+                        "seconds": time.perf_counter() - start}  # fmt: skip
+        print(f"{label} {server.model} {name}: success {result[name]['success']:.3f} "
+              f"(+- {result[name]['success_stderr']:.3f}, {result[name]['episodes']} episodes), progress "
+              f"{result[name]['final_progress']:.3f}, turns with an action {result[name]['turns_with_action']:.2f}, "
+              f"accepted {result[name]['turns_accepted']:.2f} | random success {result['random']['success']:.3f}")  # fmt: skip
+    return result
+
+
+def measure_models(args) -> dict:
+    """The `model` setting, per --model-backends: generated valid_unseen games (with and without the few-shot
+    exchange) and twc, each under its own key."""
+    from rlvr.serve import launch
+
+    common = dict(num_train_examples=0, num_eval_examples=args.model_games, max_turns=args.model_max_turns)
+    both = {"greedy": (0.0, 1), "sampled_t1": (1.0, args.model_rollouts)}
+    backends = set(args.model_backends.split(","))
+    results = {}
+    with launch(model=args.model) as server:
+        if "alfworld" in backends:
+            results[f"model_{args.model}_alfworld_generated_valid_unseen"] = measure_model(
+                "alfworld", common, server, args, both)
+            results[f"model_{args.model}_alfworld_generated_valid_unseen_no_few_shot"] = measure_model(
+                "alfworld (no few-shot)", {**common, "num_eval_examples": args.model_games // 3, "few_shot": False},
+                server, args, {"greedy": (0.0, 1)})  # fmt: skip
+        if "twc" in backends:
+            results[f"model_{args.model}_twc"] = measure_model("twc", {**common, "backend": "twc"}, server, args, both)
+    return results
+
+
+SETTINGS = ("generation", "generated", "official", "twc", "model")
 
 
 def measure_settings(args, only: set[str]) -> dict:
@@ -179,12 +235,14 @@ def measure_settings(args, only: set[str]) -> dict:
         )
     if "twc" in only:
         results["twc"] = measure("twc", {**common, "backend": "twc"}, args.rollouts)
+    if "model" in only:
+        results.update(measure_models(args))
     return results
 
 
 def parse_only(text: str | None, data_path: str | None) -> set[str]:
-    """--only's settings (all by default; the official games only with --data-path), or a clear error."""
-    only = set(SETTINGS if text is None else (name.strip() for name in text.split(",")))
+    """--only's settings (by default all but `model`; the official games only with --data-path), or a clear error."""
+    only = set(SETTINGS[:-1] if text is None else (name.strip() for name in text.split(",")))
     unknown = only - set(SETTINGS)
     if unknown:
         raise SystemExit(f"--only: unknown setting(s) {sorted(unknown)}; choose among {', '.join(SETTINGS)}")
@@ -204,14 +262,25 @@ def main() -> None:
     parser.add_argument("--data-path", default=None, help="ALFWorld's json_2.1.1 folder, to also measure official games")
     parser.add_argument("--only", default=None, help=f"comma-separated settings to measure ({', '.join(SETTINGS)}): "
                         "their keys in --out are replaced, the others kept, each marked with this run's command")
+    parser.add_argument("--model", default="smollm2-135m", help="the model of the `model` setting (served here)")
+    parser.add_argument("--model-backends", default="alfworld,twc", help="`model`: alfworld, twc or both")
+    parser.add_argument("--model-games", type=int, default=24, help="`model`: eval games per backend")
+    parser.add_argument("--model-rollouts", type=int, default=2, help="`model`: sampled episodes per game")
+    parser.add_argument("--model-max-turns", type=int, default=20, help="`model`: turn limit")
+    parser.add_argument("--model-max-tokens", type=int, default=48, help="`model`: tokens per reply")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "alfworld_env.json")
     args = parser.parse_args()
     only = parse_only(args.only, args.data_path)
+    if not set(args.model_backends.split(",")) <= {"alfworld", "twc"}:
+        raise SystemExit(f"--model-backends {args.model_backends!r}: give alfworld, twc or alfworld,twc")
 
     command = (f"benchmarks/alfworld_env.py --games {args.games} --rollouts {args.rollouts} "
                f"--max-turns {args.max_turns} --draws {args.draws}"
                + (" --data-path <json_2.1.1>" if args.data_path else "")
-               + (f" --only {','.join(s for s in SETTINGS if s in only)}" if args.only else ""))  # fmt: skip
+               + (f" --only {','.join(s for s in SETTINGS if s in only)}" if args.only else "")
+               + (f" --model {args.model} --model-backends {args.model_backends} --model-games {args.model_games} --model-rollouts {args.model_rollouts} "
+                  f"--model-max-turns {args.model_max_turns} --model-max-tokens {args.model_max_tokens}"
+                  if "model" in only else ""))  # fmt: skip
     machine = {"cpus": os.cpu_count(), "python": platform.python_version()}
     results = measure_settings(args, only)
     if args.only is None:
@@ -219,7 +288,7 @@ def main() -> None:
                   "machine": {**machine, "load_average_at_end": os.getloadavg()},
                   "date": time.strftime("%Y-%m-%d"), "results": results}  # fmt: skip
     else:  # a partial run: its settings say which command and day measured them; the rest of the file is kept
-        report = json.loads(args.out.read_text())
+        report = json.loads(args.out.read_text()) if args.out.exists() else {"benchmark": "alfworld_env", "results": {}}
         stamp = {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "load_average_at_end": os.getloadavg()}  # fmt: skip
         report["results"].update({key: {**value, "measured_by": stamp} for key, value in results.items()})
