@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import tempfile
@@ -53,7 +54,7 @@ def summarize(name: str, run_dir: Path, server_s: float | None) -> dict:
     config = json.loads((run_dir / "config.json").read_text())
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "loss" in r]
-    end = next((r for r in records if "train_runtime" in r), None)
+    end = next((r for r in reversed(records) if "train_runtime" in r), None)  # a resumed run: its last segment
     keys = sorted({k for r in steps for k, v in r.items() if isinstance(v, (int, float)) and k not in NOT_CURVES})
     training = config["training"]
     return {
@@ -63,7 +64,9 @@ def summarize(name: str, run_dir: Path, server_s: float | None) -> dict:
             "max_steps", "batch_size", "rollouts_per_example", "max_tokens", "temperature", "learning_rate",
             "use_lora", "gae", "gamma", "lam", "turn_gamma", "turn_lam", "kl_reward_coef", "critic_learning_rate",
             "critic_use_lora", "value_clip", "seed")},
+        "resumed_from": config.get("resumed_from"),
         "wall_s": {"server_start": server_s, "training": end["train_runtime"] if end else None,
+                   "steps": math.fsum(r.get("time/step_s", 0.0) for r in steps),  # every segment's steps
                    "per_step": [r.get("time/step_s") for r in steps]},
         "step": [r["step"] for r in steps],
         "curves": {k: [r.get(k) for r in steps] for k in keys},
