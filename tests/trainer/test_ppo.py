@@ -4,9 +4,6 @@ training changes its weights) and the two-turn choice environment."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from statistics import mean
 
@@ -15,7 +12,7 @@ import torch
 from choice_env import load_environment
 from ppo_script import config
 from safetensors.torch import load_file
-from test_training import read_jsonl, step_records, wait_for
+from test_training import read_jsonl, sigkill_while_step_3_trains, step_records
 from transformers import TrainerCallback
 
 from rlvr.trainer.checkpoint import check_resume, read_run_state
@@ -25,7 +22,6 @@ from rlvr.trainer.run import run_training
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "ppo_script.py"
 
 
@@ -115,19 +111,7 @@ class CriticAtStart(TrainerCallback):
 
 def test_sigkill_then_resume_restores_the_critic(training_server, tmp_path):
     run = tmp_path / "run"
-    command = [sys.executable, str(SCRIPT), "--server", training_server.url, "--run-dir", str(run),
-               "--steps", "50", "--save-steps", "2"]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        rollouts = run / "rollouts.jsonl"
-        # batch 2 generated: checkpoint-2 (with the critic) is written and step 3 is training
-        wait_for(lambda: rollouts.exists() and any(r["batch_index"] == 2 for r in read_jsonl(rollouts)),
-                 600, "batch 2", proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    rollouts = sigkill_while_step_3_trains(SCRIPT, training_server.url, run)  # checkpoint-2 holds the critic
     checkpoint = run / "checkpoint-2"
     for name in ("model.safetensors", "optimizer.pt", "rlvr_state.json", "critic/critic.safetensors",
                  "critic/optimizer.pt"):

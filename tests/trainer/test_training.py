@@ -76,15 +76,14 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen) -> No
         time.sleep(0.5)
 
 
-@pytest.mark.slow
-def test_sigkill_mid_training_then_resume_takes_the_same_next_batch(training_server, tmp_path):
-    run = tmp_path / "run"
-    command = [sys.executable, str(SCRIPT), "--server", training_server.url, "--run-dir", str(run),
-               "--steps", "50", "--save-steps", "2", "--lora"]
+def sigkill_while_step_3_trains(script: Path, server_url: str, run: Path, *args: str) -> Path:
+    """Train with `script` (checkpoints every 2 steps) and SIGKILL it once batch 2 is generated: checkpoint-2 is
+    written and step 3 is training. Returns the run's rollouts.jsonl."""
+    command = [sys.executable, str(script), "--server", server_url, "--run-dir", str(run), "--steps", "50",
+               "--save-steps", "2", *args]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    rollouts = run / "rollouts.jsonl"
     try:
-        rollouts = run / "rollouts.jsonl"
-        # Batch 2 generated means checkpoint-2 is written and step 3 is training: kill it there.
         wait_for(lambda: rollouts.exists() and any(r["batch_index"] == 2 for r in read_jsonl(rollouts)),
                  600, "batch 2", proc)
         proc.send_signal(signal.SIGKILL)
@@ -92,6 +91,13 @@ def test_sigkill_mid_training_then_resume_takes_the_same_next_batch(training_ser
     finally:
         if proc.poll() is None:
             proc.kill()
+    return rollouts
+
+
+@pytest.mark.slow
+def test_sigkill_mid_training_then_resume_takes_the_same_next_batch(training_server, tmp_path):
+    run = tmp_path / "run"
+    rollouts = sigkill_while_step_3_trains(SCRIPT, training_server.url, run, "--lora")
     checkpoint = run / "checkpoint-2"
     for name in ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth",
                  "trainer_state.json", "rlvr_state.json"):
