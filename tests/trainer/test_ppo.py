@@ -10,9 +10,9 @@ from statistics import mean
 import pytest
 import torch
 from choice_env import load_environment
-from ppo_script import config
 from safetensors.torch import load_file
 from test_training import read_jsonl, sigkill_while_step_3_trains, step_records
+from train_script import ppo_config as config
 from transformers import TrainerCallback
 
 from rlvr.trainer.checkpoint import check_resume, read_run_state
@@ -22,7 +22,7 @@ from rlvr.trainer.run import run_training
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parent / "ppo_script.py"
+SCRIPT = Path(__file__).resolve().parent / "train_script.py"
 
 
 def test_ppo_raises_the_turn_reward_and_logs_the_critic(training_server, tmp_path):
@@ -111,7 +111,7 @@ class CriticAtStart(TrainerCallback):
 
 def test_sigkill_then_resume_restores_the_critic(training_server, tmp_path):
     run = tmp_path / "run"
-    rollouts = sigkill_while_step_3_trains(SCRIPT, training_server.url, run)  # checkpoint-2 holds the critic
+    rollouts = sigkill_while_step_3_trains(SCRIPT, training_server.url, run, "--algo", "ppo")  # checkpoint-2 holds the critic
     checkpoint = run / "checkpoint-2"
     for name in ("model.safetensors", "optimizer.pt", "rlvr_state.json", "critic/critic.safetensors",
                  "critic/optimizer.pt"):
