@@ -1,7 +1,10 @@
-"""Helpers shared by the sandbox tests: looking at the host's processes from outside the sandbox."""
+"""Helpers shared by the sandbox tests: looking at the host's processes from outside the sandbox, and running a
+caller in a forked child."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,3 +29,25 @@ def _processes_of(uid: int) -> list[int]:
 @pytest.fixture
 def processes_of() -> Callable[[int], list[int]]:
     return _processes_of
+
+
+def _in_forked_child(work: Callable[[], dict]) -> dict:
+    """`work()` run in a forked child (a new caller of the sandbox); its JSON-able result, or {"error": repr}."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - reported through the pipe
+        try:
+            payload = work()
+        except BaseException as exc:  # noqa: BLE001
+            payload = {"error": repr(exc)}
+        os.write(write_end, json.dumps(payload).encode())
+        os._exit(0)
+    os.close(write_end)
+    os.waitpid(child, 0)
+    with os.fdopen(read_end) as pipe:
+        return json.loads(pipe.read())
+
+
+@pytest.fixture
+def in_forked_child() -> Callable[[Callable[[], dict]], dict]:
+    return _in_forked_child

@@ -363,25 +363,16 @@ def test_fallback_sweep_removes_links_without_following_them(tmp_path):
     assert precious.read_text() == "keep me"
 
 
-def test_an_unprivileged_caller_gets_the_fallback_and_says_so():
+def test_an_unprivileged_caller_gets_the_fallback_and_says_so(in_forked_child):
     # Not root: the kernel refuses the namespaces (no user namespace is tried) and there is no uid to
     # switch to, so the program runs as the caller, with what still works reported as such.
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - reported through the pipe
-        try:
-            os.setgid(65534)
-            os.setuid(65534)
-            result = run_python("import os; print(os.getuid())")
-            payload = {"stdout": result.stdout, "isolation": vars(result.isolation)}
-        except BaseException as exc:  # noqa: BLE001
-            payload = {"error": repr(exc)}
-        os.write(write_end, json.dumps(payload).encode())
-        os._exit(0)
-    os.close(write_end)
-    os.waitpid(child, 0)
-    with os.fdopen(read_end) as pipe:
-        payload = json.loads(pipe.read())
+    def as_nobody() -> dict:
+        os.setgid(65534)
+        os.setuid(65534)
+        result = run_python("import os; print(os.getuid())")
+        return {"stdout": result.stdout, "isolation": vars(result.isolation)}
+
+    payload = in_forked_child(as_nobody)
     assert payload.get("stdout") == "65534\n", payload
     assert payload["isolation"] == {
         "network": "blocked-sockets",

@@ -145,23 +145,14 @@ def _sandbox_uids() -> list[int]:
     return uids
 
 
-def test_a_forked_caller_starts_its_own_server():
+def test_a_forked_caller_starts_its_own_server(in_forked_child):
     parent_server = server_pid()
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - reported through the pipe
-        try:
-            result = run_python("print('from the child')")
-            server = sandbox_core._servers[sandbox_core.default_python()]
-            payload = {"stdout": result.stdout, "server": server.process.pid}
-        except BaseException as exc:  # noqa: BLE001
-            payload = {"error": repr(exc)}
-        os.write(write_end, json.dumps(payload).encode())
-        os._exit(0)
-    os.close(write_end)
-    os.waitpid(child, 0)
-    with os.fdopen(read_end) as pipe:
-        payload = json.loads(pipe.read())
+
+    def call() -> dict:
+        result = run_python("print('from the child')")
+        return {"stdout": result.stdout, "server": sandbox_core._servers[sandbox_core.default_python()].process.pid}
+
+    payload = in_forked_child(call)
     assert payload.get("stdout") == "from the child\n", payload
     assert payload["server"] != parent_server
     assert server_pid() == parent_server and run_python("print(1)").ok
