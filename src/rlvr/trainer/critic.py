@@ -21,6 +21,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from transformers import AutoConfig, AutoModelForTokenClassification
 
 from rlvr.trainer.batching import Sample, split_batch
+from rlvr.trainer.policy import trained_weights_dtype
 
 WEIGHTS = "critic.safetensors"
 OPTIMIZER = "optimizer.pt"
@@ -116,7 +117,7 @@ class Critic:
     ):
         # As the policy (policy.load_policy): weights the optimizer updates stay float32 (an AdamW step of lr 1e-5
         # mostly rounds away on a bfloat16 weight); bf16 is the compute dtype. Under LoRA the frozen base may be bf16.
-        dtype = torch.bfloat16 if bf16 and lora is not None else torch.float32
+        dtype = trained_weights_dtype(bf16, lora is not None)
         config = AutoConfig.from_pretrained(model_path, num_labels=1)
         config.classifier_dropout = 0.0  # GenericForTokenClassification's default is 0.1 without it
         if config.pad_token_id is None:

@@ -15,6 +15,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from verifiers.rl.trainer.utils import prepare_peft_model
 
 
+def trained_weights_dtype(bf16: bool, lora: bool) -> torch.dtype:
+    """The dtype a trained model is loaded in: float32, or bfloat16 for a LoRA base (frozen) under bf16 (see
+    load_policy)."""
+    return torch.bfloat16 if bf16 and lora else torch.float32
+
+
 def load_policy(model: str | PreTrainedModel, *, bf16: bool, tokenizer=None, lora: bool = False):
     """The trainable model and its tokenizer; a registered name ("tiny-random") resolves through rlvr.models.
 
@@ -28,7 +34,7 @@ def load_policy(model: str | PreTrainedModel, *, bf16: bool, tokenizer=None, lor
     from rlvr.models import resolve
 
     path = resolve(model)
-    dtype = torch.bfloat16 if bf16 and lora else torch.float32
+    dtype = trained_weights_dtype(bf16, lora)
     # sdpa, not verifiers' flash_attention_2 default: it runs on CPU and GPU alike.
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
     tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
