@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from vf_webshop import load_environment, parse_agent_action
-from vf_webshop.engine import parse_action
+from vf_webshop.engine import Session, parse_action
+from vf_webshop.env import ONE_SHOT_EXAMPLE, SYSTEM_PROMPT
 from webshop_expert import expert_action
 
 from rlvr.testing import ScriptedClient
@@ -49,6 +50,19 @@ def test_datasets_are_seeded():
     assert len(a.eval_dataset) == 10 and len(a.dataset) > 50
     eval_goals = {r["info"] for r in a.eval_dataset}
     assert eval_goals.isdisjoint(r["info"] for r in a.dataset)
+
+
+def test_one_shot_example_shows_valid_actions_and_gives_no_answer_away():
+    env = load_environment(one_shot=True, num_eval_examples=4)
+    assert env.system_prompt == SYSTEM_PROMPT + ONE_SHOT_EXAMPLE
+    assert load_environment(num_eval_examples=4).system_prompt == SYSTEM_PROMPT
+    replies = [line.removeprefix("Reply: ") for line in ONE_SHOT_EXAMPLE.splitlines() if line.startswith("Reply: ")]
+    assert [parse_agent_action(r) for r in replies] == replies == [
+        "search[dimmable desk lamp]", "click[S09000A1B2]", "click[black]", "click[Buy Now]"]
+    assert Session(env.shop, json.loads(env.eval_dataset[0]["info"])["goal"]).step(replies[0]).valid
+    example_ids = set(re.findall(r"S09\w{7}", ONE_SHOT_EXAMPLE))
+    assert example_ids and example_ids.isdisjoint(env.shop.products)
+    assert not any("lamp" in p["Title"].lower() for p in env.shop.products.values())
 
 
 def test_webshop_files_dataset(webshop_files):

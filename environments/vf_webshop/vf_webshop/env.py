@@ -16,6 +16,25 @@ Each turn, think briefly if you like, then end your reply with exactly one actio
                             Buy Now, a product id such as B078GWRC1J, or an option value such as large)
 Pick the product, click the option values the instruction asks for, then click[Buy Now]."""
 
+# One example episode after the instructions, as ReAct prompts WebShop (Yao et al. 2023, arXiv 2210.03629,
+# its act-only WebShop prompt): small models copy the action syntax from it. The product and its ids are made up
+# (the generated shop sells no desk lamps and its ids start S00-S07), so the example gives no answer away.
+ONE_SHOT_EXAMPLE = """
+Example, for another customer:
+Page: WebShop [SEP] Instruction: [SEP] i am looking for a desk lamp that is dimmable with color: black, and price \
+lower than 30.00 dollars [SEP] Search
+Reply: search[dimmable desk lamp]
+Page: Instruction: [SEP] ... [SEP] Back to Search [SEP] Page 1 (Total results: 8) [SEP] S09000A1B2 [SEP] Lumen \
+Classic Desk Lamp, Dimmable and USB Port [SEP] $24.99 [SEP] S09000C3D4 [SEP] Lumen Ultra Desk Lamp, Clamp Mount \
+[SEP] $41.50
+Reply: click[S09000A1B2]
+Page: Instruction: [SEP] ... [SEP] Back to Search [SEP] < Prev [SEP] color [SEP] black [SEP] white [SEP] Lumen \
+Classic Desk Lamp, Dimmable and USB Port [SEP] Price: $24.99 [SEP] Rating: N.A. [SEP] Description [SEP] Features \
+[SEP] Reviews [SEP] Buy Now
+Reply: click[black]
+Page: You have clicked color: black. ...
+Reply: click[Buy Now]"""
+
 ACTION_START = re.compile(r"\b(?:search|click)\[")
 ACTION_END = re.compile(r"[\]\n]")
 
