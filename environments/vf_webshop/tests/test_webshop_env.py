@@ -56,6 +56,8 @@ def test_one_shot_example_shows_valid_actions_and_gives_no_answer_away():
     env = load_environment(one_shot=True, num_eval_examples=4)
     assert env.system_prompt == SYSTEM_PROMPT + ONE_SHOT_EXAMPLE
     assert load_environment(num_eval_examples=4).system_prompt == SYSTEM_PROMPT
+    assert load_environment(one_shot=True, num_eval_examples=4, system_prompt="Shop.").system_prompt == (
+        "Shop." + ONE_SHOT_EXAMPLE)
     replies = [line.removeprefix("Reply: ") for line in ONE_SHOT_EXAMPLE.splitlines() if line.startswith("Reply: ")]
     assert [parse_agent_action(r) for r in replies] == replies == [
         "search[dimmable desk lamp]", "click[S09000A1B2]", "click[black]", "click[Buy Now]"]

@@ -11,7 +11,7 @@ import verifiers as vf
 
 from rlvr.rubrics import TurnRubric
 from vf_webshop.data import load_catalog, shop_and_goals, split_goals, to_dataset
-from vf_webshop.env import ONE_SHOT_EXAMPLE, SYSTEM_PROMPT, WebShopEnv, parse_agent_action
+from vf_webshop.env import WebShopEnv, parse_agent_action
 from vf_webshop.rubric import make_turn_rewards, purchase_reward, success
 
 __all__ = ["load_environment", "WebShopEnv", "parse_agent_action"]
@@ -44,7 +44,5 @@ def load_environment(
         outcome_rewards=[(purchase_reward, 1.0), (success, 0.0)],
         is_tool_result=lambda env_reply: bool(env_reply),  # every shop page answers the previous action
     )
-    if one_shot:
-        kwargs["system_prompt"] = kwargs.get("system_prompt", SYSTEM_PROMPT) + ONE_SHOT_EXAMPLE
     return WebShopEnv(shop=shop, dataset=to_dataset(shop, train_goals), eval_dataset=to_dataset(shop, eval_goals),
-                      rubric=rubric, max_turns=max_turns, **kwargs)
+                      rubric=rubric, max_turns=max_turns, one_shot=one_shot, **kwargs)

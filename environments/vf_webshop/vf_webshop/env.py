@@ -72,8 +72,10 @@ class WebShopEnv(vf.MultiTurnEnv):
     step["extras"]["state_key"] is the page the action was chosen on (the anchor state for GiGPO), on every step;
     step["extras"]["webshop"] = {state_key, action, valid, page, listed} for the turn rewards."""
 
-    def __init__(self, shop: Shop, **kwargs):
+    def __init__(self, shop: Shop, one_shot: bool = False, **kwargs):
         kwargs.setdefault("system_prompt", SYSTEM_PROMPT)
+        if one_shot:  # after whichever instructions the prompt has
+            kwargs["system_prompt"] += ONE_SHOT_EXAMPLE
         super().__init__(**kwargs)
         self.shop = shop
 
