@@ -117,3 +117,15 @@ def test_analyze_renders_a_study_directory(tmp_path):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "report.md").is_file() and not (tmp_path / "analysis.md").exists()
     assert "Credit-assignment study" in result.output
+
+
+def test_the_report_lists_how_an_offline_dataset_was_made(tmp_path):
+    make_study(tmp_path)
+    layout = StudyLayout(tmp_path)
+    manifest = json.loads(layout.manifest.read_text())
+    manifest["offline_sources"] = {"mt_grpo": "rlvr collect --env e -o runs/c", "oreo": "rlvr collect -o not/in/grid"}
+    layout.manifest.write_text(json.dumps(manifest))
+    report = write_report(tmp_path).read_text()
+    # the dataset is made before the study that trains on it; an algorithm outside the grid is not listed
+    assert "```bash\nrlvr collect --env e -o runs/c\nrlvr study --config x.toml --out study\n```" in report
+    assert "not/in/grid" not in report

@@ -47,6 +47,16 @@ class CollectSettings:
     STREAM = ("env", "model", "env_args", "split", "rollouts_per_example", "temperature", "max_tokens",
               "segmentation")
 
+    def command(self, out_dir: str | Path) -> str:
+        """The `rlvr collect` command line that makes this collection (for reports: how a dataset was made)."""
+        import shlex
+
+        return " ".join(["rlvr collect", "--env", self.env, "--model", shlex.quote(self.model),
+                         "--env-args", shlex.quote(json.dumps(self.env_args)), "--split", self.split,
+                         "-n", str(self.num_examples), "-r", str(self.rollouts_per_example),
+                         "--temperature", str(self.temperature), "--max-tokens", str(self.max_tokens),
+                         "--segmentation", self.segmentation, "-o", shlex.quote(str(out_dir))])
+
     def sampling_args(self) -> dict[str, Any]:
         # token ids and logprobs are not stored, but RolloutClient checks that the server returns them
         return {"temperature": self.temperature, "max_tokens": self.max_tokens, "logprobs": True,
@@ -93,6 +103,12 @@ def check_settings(out_dir: Path, settings: CollectSettings) -> None:
             raise TrajectoryError(f"{out_dir} was collected with other settings ({'; '.join(diffs)}): resume with "
                                   "the same settings or collect into a new directory")
     atomic_write_json(path, {k: v for k, v in asdict(settings).items()})
+
+
+def read_settings(out_dir: str | Path) -> CollectSettings | None:
+    """How the trajectories in `out_dir` were collected, or None if `rlvr collect` did not make it."""
+    path = Path(out_dir) / SETTINGS_FILE
+    return CollectSettings(**json.loads(path.read_text())) if path.is_file() else None
 
 
 @dataclass(frozen=True)

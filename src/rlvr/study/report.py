@@ -80,6 +80,7 @@ class StudyData:
     report: ReportSettings
     sampling: dict[str, Any]  # of the held-out evaluations
     commands: list[str]
+    dataset_commands: dict[str, str]  # offline algo -> the `rlvr collect` that made its dataset
     bases: dict[int, dict[str, Stat]]  # seed -> base model's evaluation
     base_wall_s: dict[int, float]
     cells: list[CellRecord]
@@ -128,6 +129,7 @@ def load_study(root: Path) -> StudyData:
     return StudyData(
         settings=settings, report=ReportSettings(**settings["report"]), sampling=manifest.get("evaluation_sampling", {}),
         commands=[i["command"] for i in manifest["invocations"] if i.get("command")],
+        dataset_commands=manifest.get("offline_sources", {}),
         bases=bases, base_wall_s=base_wall,
         cells=[read_cell(layout, a, s) for a, s in layout.finished_cells()],
     )
@@ -189,7 +191,8 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
         if algo in s["algos"]:
             lines.append(f"Options of {algo} only: " + ", ".join(f"{k} = {v}" for k, v in options.items()) + ".")
     if data.commands:
-        lines += ["", "Command(s):", "", "```bash", *data.commands, "```"]
+        collects = [c for algo, c in data.dataset_commands.items() if algo in s["algos"]]
+        lines += ["", "Command(s):", "", "```bash", *collects, *data.commands, "```"]
 
     header = ["metric", "base model", *algos]
     rows = [[m, fmt_stat(across_seeds(data.base_values(m))),

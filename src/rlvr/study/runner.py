@@ -60,6 +60,15 @@ def versions(env: str) -> dict[str, Any]:
             "cpus": os.cpu_count(), "git_commit": commit, "study_code_modified": dirty}
 
 
+def offline_sources(settings: StudySettings) -> dict[str, str]:
+    """The `rlvr collect` command behind each offline recipe's dataset, kept in the manifest so that the report
+    says how to remake a dataset that lives outside the study directory."""
+    from rlvr.offline.collect import read_settings
+
+    found = {algo: read_settings(directory) for algo, directory in settings.offline_datasets.items()}
+    return {algo: collected.command(settings.offline_datasets[algo]) for algo, collected in found.items() if collected}
+
+
 @dataclass
 class Manifest:
     """study.json: the settings (grid = union of every invocation's), each invocation, and each finished unit."""
@@ -78,6 +87,7 @@ class Manifest:
             data, merged = {"created": _now(), "invocations": [], "cells": {}, "bases": {}}, settings
         data["settings"] = merged.to_dict()
         data["evaluation_sampling"] = merged.sampling()
+        data["offline_sources"] = {**data.get("offline_sources", {}), **offline_sources(merged)}
         data["invocations"].append({
             "command": command, "started": _now(), "finished": None, "load_average": os.getloadavg(),
             "grid": {"algos": settings.algos, "seeds": settings.seeds}, "versions": versions(settings.env),
