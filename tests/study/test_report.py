@@ -129,3 +129,12 @@ def test_the_report_lists_how_an_offline_dataset_was_made(tmp_path):
     # the dataset is made before the study that trains on it; an algorithm outside the grid is not listed
     assert "```bash\nrlvr collect --env e -o runs/c\nrlvr study --config x.toml --out study\n```" in report
     assert "not/in/grid" not in report
+
+
+def test_the_report_names_the_algorithm_behind_a_variant(tmp_path):
+    make_study(tmp_path)
+    layout = StudyLayout(tmp_path)
+    manifest = json.loads(layout.manifest.read_text())
+    manifest["settings"]["variants"] = {"mt_grpo": "ms_po"}  # (a grid name that is a variant, here for the text)
+    layout.manifest.write_text(json.dumps(manifest))
+    assert "Options of mt_grpo (ms_po) only: credit = {'coef': 0.5}." in write_report(tmp_path).read_text()

@@ -36,7 +36,7 @@ def test_committed_study_configs_build_every_cell(path, tmp_path):
     check_study(s, tmp_path / "study")  # every algorithm's configuration is built and checked
     for algo in s.algos:
         config = cell_config(s, algo, 2, tmp_path / algo)
-        assert config.seed == 2 and config.max_steps == s.training["max_steps"] and not config.use_lora
+        assert config.seed == 2 and config.max_steps == s.training["max_steps"] and not getattr(config, "use_lora", False)
         assert config.output_dir == str(tmp_path / algo) and config.save_total_limit == 1
     assert s.sampling()["max_tokens"] == s.training["max_tokens_per_turn"]
 
@@ -157,3 +157,38 @@ def test_every_registered_recipe_fits_in_a_grid(tmp_path):
     code, text = study("--env", "vf-triviaqa-search", "--model", "tiny-random", "--algos", "grpo", "--seeds", "0",
                        "--steps", "2", "--out", tmp_path / "x", "--dry-run", "--offline-dataset", "oreo")
     assert code == 2 and "--offline-dataset 'oreo': write ALGO=DIR" in text
+
+
+def test_variants_put_one_algorithm_in_the_grid_twice(tmp_path):
+    """[variants] NAME = "ALGO": a cell name for a registered algorithm with options of its own (PPO's GAE modes
+    side by side); the cell builds ALGO's configuration, bad names fail with what to write instead."""
+    s = settings(algos=["grpo", "mt_grpo", "mt_grpo_half"], variants={"mt_grpo_half": "mt_grpo"},
+                 algo_options={"mt_grpo_half": {"credit": {"coef": 0.5}}})
+    plain, half = (cell_config(s, a, 0, tmp_path / a) for a in ("mt_grpo", "mt_grpo_half"))
+    assert type(plain) is type(half) and plain.credit != half.credit and half.credit["coef"] == 0.5
+    assert s.recipe("mt_grpo_half") == "mt_grpo" and s.recipe("grpo") == "grpo"
+    for variants, message in [
+        ({"grpo": "mt_grpo"}, "a variant needs a name of its own"),
+        ({"../x": "mt_grpo"}, "a variant needs a name of its own"),
+        ({"mine": "mt_grop"}, "'mt_grop' is not a registered algorithm"),
+    ]:
+        with pytest.raises(StudyError, match=message):
+            settings(variants=variants)
+    with pytest.raises(StudyError, match=r"unknown algorithm 'mt_grpo_hlf'\. Did you mean 'mt_grpo_half'\?"):
+        settings(algos=["grpo", "mt_grpo_hlf"], variants={"mt_grpo_half": "mt_grpo"})
+    with pytest.raises(StudyError, match="set \\[offline_datasets\\] oreo_fast"):  # an offline recipe's variant
+        settings(algos=["grpo", "oreo_fast"], variants={"oreo_fast": "oreo"})
+    # a study directory keeps what each of its names runs
+    with pytest.raises(StudyError, match="variants.mt_grpo_half: 'mt_grpo' -> 'ms_po'"):
+        merge_grids(s, settings(algos=["grpo", "mt_grpo_half"], variants={"mt_grpo_half": "ms_po"}))
+
+
+def test_cli_options_of_a_variant(tmp_path):
+    config = tmp_path / "s.toml"
+    config.write_text('env = "vf-triviaqa-search"\nmodel = "tiny-random"\nalgos = ["grpo", "ppo", "ppo_bi"]\n'
+                      'seeds = [0]\n[variants]\nppo_bi = "ppo"\n[training]\nmax_steps = 2\nbatch_size = 4\n'
+                      'rollouts_per_example = 2\nmicro_batch_size = 2\n')
+    code, text = study("--config", config, "--out", tmp_path / "study", "--dry-run", "--set", "ppo_bi:gae=bi_level")
+    assert code == 0 and "│ 0 │ to do │ to do │ to do │ to do │" in text, text
+    code, text = study("--config", config, "--out", tmp_path / "study", "--dry-run", "--set", "ppo_bi:gea=bi_level")
+    assert code == 2 and "unknown training option 'gea' in --set (algo 'ppo'). Did you mean 'gae'?" in text, text

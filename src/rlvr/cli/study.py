@@ -27,27 +27,33 @@ def _split(text: str, what: str, cast=str) -> list:
 
 
 def apply_overrides(data: dict[str, Any], items: list[str]) -> None:
-    """`--set KEY=VALUE` for every cell, `--set ALGO:KEY=VALUE` for one algorithm (table keys as TABLE.KEY)."""
+    """`--set KEY=VALUE` for every cell, `--set ALGO:KEY=VALUE` for one algorithm or variant (table keys as
+    TABLE.KEY)."""
     from rlvr.cli.train import apply_override, check_algo, check_keys
 
     for item in items:
         key, _, _ = item.partition("=")
         algo, colon, _ = key.partition(":")
         if colon:
-            check_algo(algo)
+            check_algo(recipe(data, algo))
             options = data.setdefault("algo_options", {}).setdefault(algo, {})
-            apply_override(options, item.split(":", 1)[1], algo)
+            apply_override(options, item.split(":", 1)[1], recipe(data, algo))
         else:  # an option of every cell: valid for every on-policy algorithm of the grid
-            online = on_policy(data["algos"])
+            online = on_policy(data)
             for name in online:
-                check_keys([key.partition(".")[0]], name, "--set")
-            apply_override(data["training"], item, (online or data["algos"])[0])
+                check_keys([key.partition(".")[0]], recipe(data, name), "--set")
+            apply_override(data["training"], item, recipe(data, (online or data["algos"])[0]))
 
 
-def on_policy(algos: list[str]) -> list[str]:
+def recipe(data: dict[str, Any], name: str) -> str:
+    """The registered algorithm behind a grid name ([variants] NAME = "ALGO", else the name itself)."""
+    return data.get("variants", {}).get(name, name)
+
+
+def on_policy(data: dict[str, Any]) -> list[str]:
     from rlvr.study.settings import is_offline
 
-    return [a for a in algos if not is_offline(a)]
+    return [a for a in data.get("algos") or [] if not is_offline(recipe(data, a))]
 
 
 def check_training_keys(data: dict[str, Any], where: str) -> None:
@@ -55,12 +61,12 @@ def check_training_keys(data: dict[str, Any], where: str) -> None:
     from rlvr.cli.train import check_algo, check_keys
 
     for algo in data.get("algos") or []:
-        check_algo(algo)
-    for algo in on_policy(data.get("algos") or []):  # offline recipes take the shared options they have
-        check_keys(data.get("training", {}), algo, f"[training] of {where}")
+        check_algo(recipe(data, algo))
+    for algo in on_policy(data):  # offline recipes take the shared options they have
+        check_keys(data.get("training", {}), recipe(data, algo), f"[training] of {where}")
     for algo, options in data.get("algo_options", {}).items():
-        check_algo(algo)
-        check_keys(options, algo, f"[algo_options.{algo}] of {where}")
+        check_algo(recipe(data, algo))
+        check_keys(options, recipe(data, algo), f"[algo_options.{algo}] of {where}")
 
 
 def resolve_settings(config: Path | None, env: str | None, model: str | None, algos: str | None,

@@ -187,9 +187,11 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
         if algo in s["algos"]:
             lines.append(f"{algo} trains offline on the trajectories in `{directory}` (no rollouts of its own): its "
                          "budget is that dataset and the shared max_steps x batch_size.")
+    variants = s.get("variants", {})
     for algo, options in s["algo_options"].items():
         if algo in s["algos"]:
-            lines.append(f"Options of {algo} only: " + ", ".join(f"{k} = {v}" for k, v in options.items()) + ".")
+            name = f"{algo} ({variants[algo]})" if algo in variants else algo
+            lines.append(f"Options of {name} only: " + ", ".join(f"{k} = {v}" for k, v in options.items()) + ".")
     if data.commands:
         collects = [c for algo, c in data.dataset_commands.items() if algo in s["algos"]]
         lines += ["", "Command(s):", "", "```bash", *collects, *data.commands, "```"]

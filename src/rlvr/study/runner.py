@@ -111,7 +111,8 @@ class Manifest:
 def cell_config(settings: StudySettings, algo: str, seed: int, train_dir: Path):
     from rlvr.trainer import build_config
 
-    return build_config(algo, {**settings.cell_training(algo), "output_dir": str(train_dir), "seed": seed})
+    return build_config(settings.recipe(algo), {**settings.cell_training(algo), "output_dir": str(train_dir),
+                                                "seed": seed})
 
 
 def check_configs(settings: StudySettings, layout: StudyLayout) -> None:
@@ -186,7 +187,7 @@ def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: st
         # The checkpoint path itself (run_training(resume=True) on a run directory that does not exist yet would
         # pass True on to transformers as a checkpoint).
         config = cell_config(settings, algo, seed, train_dir)
-        if is_offline(algo):  # trains on its dataset; the server is untouched until the final weights arrive
+        if is_offline(settings.recipe(algo)):  # trains on its dataset; the server is untouched until the final weights arrive
             train_offline(settings.model, config, settings.offline_datasets[algo], resume=resumed_from or False)
         else:
             run_training(env, settings.model, config, server_url=server.url, env_args=settings.env_args,

@@ -14,6 +14,8 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
     [env_args]                           # load_environment arguments, the same for every cell
     [training]                           # configuration fields shared by every cell: the budget
     [algo_options.mt_grpo]               # fields for one algorithm only, e.g. its [algo_options.mt_grpo.credit]
+    [variants]                           # NAME = "ALGO": a cell name for a registered algorithm with its own
+                                         # [algo_options.NAME], e.g. ppo_bi_level = "ppo" beside "ppo" itself
     [offline_datasets]                   # offline recipes (sft, oreo): ALGO = "trajectory directory" (rlvr collect)
     [evaluation]                         # examples, rollouts, temperature, max_tokens (held-out, before and after)
     [report]                             # baseline, headline, collapse_window, collapse_tol, confidence
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +49,9 @@ def is_offline(algo: str) -> bool:
 
     return bool(getattr(config_class(algo), "offline", False))
 
+
+# A variant's name is a directory name (cells/NAME/seed-S) and a report column.
+VARIANT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 # Training fields the study sets per cell, and the defaults it gives a cell unless [training] says otherwise.
 CELL_FIELDS = ("output_dir", "seed")
@@ -99,6 +105,7 @@ class StudySettings:
     training: dict[str, Any] = field(default_factory=dict)
     algo_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     offline_datasets: dict[str, str] = field(default_factory=dict)
+    variants: dict[str, str] = field(default_factory=dict)  # grid name -> the registered algorithm it runs
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     server_dtype: str | None = "float32"
@@ -110,11 +117,20 @@ class StudySettings:
 
         if not self.algos:
             raise StudyError("algos is empty: name at least one algorithm (`rlvr train --list` shows them)")
-        for algo in [*self.algos, *self.algo_options]:
+        for name, algo in self.variants.items():
+            if name in ALGORITHMS or not VARIANT_NAME.fullmatch(name):
+                raise StudyError(f"[variants] {name} = {algo!r}: a variant needs a name of its own (letters, digits, "
+                                 f"_ - .; not a registered algorithm's), e.g. {algo}_variant = {algo!r}")
             if algo not in ALGORITHMS:
-                close = difflib.get_close_matches(algo, ALGORITHMS, n=1)
+                raise StudyError(f"[variants] {name} = {algo!r}: {algo!r} is not a registered algorithm "
+                                 f"({', '.join(ALGORITHMS)})")
+        known = [*ALGORITHMS, *self.variants]
+        for algo in [*self.algos, *self.algo_options]:
+            if algo not in known:
+                close = difflib.get_close_matches(algo, known, n=1)
                 raise StudyError(f"unknown algorithm {algo!r}." + (f" Did you mean {close[0]!r}?" if close else
-                                 f" Registered: {', '.join(ALGORITHMS)}."))
+                                 f" Registered: {', '.join(ALGORITHMS)}.") + " A variant of a registered "
+                                 "algorithm is named in [variants], e.g. ppo_bi_level = \"ppo\".")
         if len(set(self.algos)) != len(self.algos):
             raise StudyError(f"algos {self.algos} names an algorithm twice")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
@@ -124,7 +140,9 @@ class StudySettings:
         if self.report.baseline is None:
             self.report.baseline = self.algos[0]
         if self.report.baseline not in self.algos:
-            raise StudyError(f"baseline {self.report.baseline!r} is not one of the study's algos {self.algos}")
+            raise StudyError(f"baseline {self.report.baseline!r} is not one of the study's algos {self.algos}: the "
+                             "report compares every algorithm with it, so list it too (its finished cells are "
+                             "skipped, e.g. --algos grpo,oreo to add oreo) or choose another [report] baseline")
         for where, options in (("[training]", self.training), *(
                 (f"[algo_options.{a}]", o) for a, o in self.algo_options.items())):
             fixed = sorted(set(options) & set(CELL_FIELDS))
@@ -132,7 +150,7 @@ class StudySettings:
                 raise StudyError(f"{where} sets {fixed}: the study sets them per cell (seeds = the grid's seeds, "
                                  "output_dir = the cell's directory)")
         for algo in self.algos:
-            if is_offline(algo) and algo not in self.offline_datasets:
+            if is_offline(self.recipe(algo)) and algo not in self.offline_datasets:
                 raise StudyError(f"{algo} trains offline on collected trajectories, not on its own rollouts: set "
                                  f"[offline_datasets] {algo} = \"DIR\" (a directory made by `rlvr collect --env "
                                  f"{self.env} --model {self.model} ...`)")
@@ -145,14 +163,19 @@ class StudySettings:
         self.evaluation.check()
         self.report.check()
 
+    def recipe(self, name: str) -> str:
+        """The registered algorithm a grid name runs: itself, or the algorithm of a [variants] entry."""
+        return self.variants.get(name, name)
+
     def cell_training(self, algo: str) -> dict[str, Any]:
         """The training options of every cell of `algo` (the study adds output_dir and seed). An offline recipe
         takes only OFFLINE_SHARED of the shared options: it generates no rollouts, and fields it shares by name
         with the on-policy configs mean other things there (OREO's `beta` is its KL strength, its learning rate
         the paper's); its own go in [algo_options.ALGO]."""
-        fields = config_fields(algo)
+        recipe = self.recipe(algo)
+        fields = config_fields(recipe)
         defaults = {k: v for k, v in TRAINING_DEFAULTS.items() if k in fields}
-        shared = {k: v for k, v in self.training.items() if not is_offline(algo) or k in OFFLINE_SHARED}
+        shared = {k: v for k, v in self.training.items() if not is_offline(recipe) or k in OFFLINE_SHARED}
         return {**defaults, **shared, **self.algo_options.get(algo, {})}
 
     def sampling(self) -> dict[str, Any]:
@@ -186,7 +209,7 @@ class StudySettings:
         """What must not change between invocations on one study directory: everything but the grid and report
         (adding algorithms or seeds keeps the budget; changing the budget would mix incomparable cells)."""
         data = self.to_dict()
-        for key in ("algos", "seeds", "report", "algo_options", "offline_datasets", "keep_checkpoints",
+        for key in ("algos", "seeds", "report", "algo_options", "offline_datasets", "variants", "keep_checkpoints",
                     "server_args"):
             data.pop(key)
         return data
@@ -223,7 +246,7 @@ def merge_grids(stored: StudySettings, current: StudySettings) -> StudySettings:
     old, new = stored.comparable(), current.comparable()
     changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     for algo in sorted(set(stored.algos) & set(current.algos)):
-        for table in ("algo_options", "offline_datasets"):
+        for table in ("algo_options", "offline_datasets", "variants"):
             before, after = getattr(stored, table).get(algo), getattr(current, table).get(algo)
             if before != after:
                 changed.append(f"{table}.{algo}: {before!r} -> {after!r}")
@@ -236,4 +259,6 @@ def merge_grids(stored: StudySettings, current: StudySettings) -> StudySettings:
     seeds = stored.seeds + [s for s in current.seeds if s not in stored.seeds]
     options = {**stored.algo_options, **current.algo_options}
     datasets = {**stored.offline_datasets, **current.offline_datasets}
-    return dataclasses.replace(current, algos=algos, seeds=seeds, algo_options=options, offline_datasets=datasets)
+    variants = {**stored.variants, **current.variants}
+    return dataclasses.replace(current, algos=algos, seeds=seeds, algo_options=options, offline_datasets=datasets,
+                               variants=variants)
