@@ -7,6 +7,7 @@ import dataclasses
 import json
 import shlex
 
+import pytest
 import typer
 
 from rlvr.cli import app
@@ -56,3 +57,17 @@ def test_the_manifest_keeps_how_each_offline_dataset_was_made(tmp_path):
     (collected / "collect.json").unlink()
     Manifest.open(layout, dataclasses.replace(settings, algos=["grpo", "oreo"]), "rlvr study ... again")
     assert json.loads(layout.manifest.read_text())["offline_sources"] == stored
+
+
+def test_a_missing_offline_dataset_fails_before_anything_runs(tmp_path):
+    from rlvr.study.runner import run_study
+    from rlvr.study.settings import StudyError
+
+    missing = tmp_path / "collect"
+    settings = StudySettings(env="vf-triviaqa-search", model="smollm2-135m", algos=["grpo", "oreo"], seeds=[0],
+                             training={"max_steps": 2}, offline_datasets={"oreo": str(missing)})
+    out = tmp_path / "study"
+    with pytest.raises(StudyError, match=r"oreo trains on .*collect, which cannot be read: no trajectories at .*"
+                                         r"Make it first with `rlvr collect --env vf-triviaqa-search"):
+        run_study(settings, out)
+    assert not out.exists()  # nothing written, no server started

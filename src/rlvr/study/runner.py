@@ -137,6 +137,20 @@ def check_study(settings: StudySettings, out: Path) -> None:
         merge_grids(StudySettings.from_dict(json.loads(layout.manifest.read_text())["settings"]), settings)
 
 
+def check_offline_datasets(settings: StudySettings, algos: list[str]) -> None:
+    """The dataset of every offline recipe still to run loads, before the server starts and other cells run."""
+    from rlvr.offline.trajectories import TrajectoryError, load_trajectories
+
+    for algo in dict.fromkeys(a for a in algos if is_offline(settings.recipe(a))):
+        directory = settings.offline_datasets[algo]
+        try:
+            load_trajectories(directory)
+        except TrajectoryError as err:
+            raise StudyError(f"{algo} trains on {directory}, which cannot be read: {err}. Make it first with "
+                             f"`rlvr collect --env {settings.env} --model {settings.model} ... -o {directory}` "
+                             "(a committed study config says how, next to [offline_datasets])") from err
+
+
 def check_eval_split(env, settings: StudySettings) -> None:
     available = len(env.get_eval_dataset(n=settings.evaluation.examples))
     if available < settings.evaluation.examples:
@@ -226,8 +240,9 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
 
     layout = StudyLayout(Path(out))
     check_study(settings, layout.root)
-    manifest = Manifest.open(layout, settings, command)
     bases, cells = pending(settings, layout)
+    check_offline_datasets(settings, [algo for algo, _ in cells])
+    manifest = Manifest.open(layout, settings, command)
     if bases or cells:
         from rlvr import models
         from rlvr.serve import launch
