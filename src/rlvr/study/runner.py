@@ -201,7 +201,8 @@ def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: st
         # The checkpoint path itself (run_training(resume=True) on a run directory that does not exist yet would
         # pass True on to transformers as a checkpoint).
         config = cell_config(settings, algo, seed, train_dir)
-        if is_offline(settings.recipe(algo)):  # trains on its dataset; the server is untouched until the final weights arrive
+        # an offline recipe trains on its dataset; the server is untouched until the final weights arrive
+        if is_offline(settings.recipe(algo)):
             train_offline(settings.model, config, settings.offline_datasets[algo], resume=resumed_from or False)
         else:
             run_training(env, settings.model, config, server_url=server.url, env_args=settings.env_args,
