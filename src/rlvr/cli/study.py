@@ -46,8 +46,10 @@ def apply_overrides(data: dict[str, Any], items: list[str]) -> None:
 
 
 def recipe(data: dict[str, Any], name: str) -> str:
-    """The registered algorithm behind a grid name ([variants] NAME = "ALGO", else the name itself)."""
-    return data.get("variants", {}).get(name, name)
+    """rlvr.study.settings.recipe_of on the settings as read, before they are checked."""
+    from rlvr.study.settings import recipe_of
+
+    return recipe_of(data.get("variants", {}), name)
 
 
 def on_policy(data: dict[str, Any]) -> list[str]:

@@ -65,8 +65,12 @@ def offline_sources(settings: StudySettings) -> dict[str, str]:
     says how to remake a dataset that lives outside the study directory."""
     from rlvr.offline.collect import read_settings
 
-    found = {algo: read_settings(directory) for algo, directory in settings.offline_datasets.items()}
-    return {algo: collected.command(settings.offline_datasets[algo]) for algo, collected in found.items() if collected}
+    sources = {}
+    for algo, directory in settings.offline_datasets.items():
+        collected = read_settings(directory)
+        if collected:  # a directory `rlvr collect` did not make has no command to keep
+            sources[algo] = collected.command(directory)
+    return sources
 
 
 @dataclass

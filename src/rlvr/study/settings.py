@@ -50,6 +50,11 @@ def is_offline(algo: str) -> bool:
     return bool(getattr(config_class(algo), "offline", False))
 
 
+def recipe_of(variants: dict[str, str], name: str) -> str:
+    """The registered algorithm a grid name runs: the algorithm of its [variants] entry, else the name itself."""
+    return variants.get(name, name)
+
+
 # A variant's name is a directory name (cells/NAME/seed-S) and a report column.
 VARIANT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -164,8 +169,7 @@ class StudySettings:
         self.report.check()
 
     def recipe(self, name: str) -> str:
-        """The registered algorithm a grid name runs: itself, or the algorithm of a [variants] entry."""
-        return self.variants.get(name, name)
+        return recipe_of(self.variants, name)
 
     def cell_training(self, algo: str) -> dict[str, Any]:
         """The training options of every cell of `algo` (the study adds output_dir and seed). An offline recipe
