@@ -12,7 +12,6 @@ from peft import PeftConfig
 from peft.tuners.lora import LoraLayer
 from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
-from verifiers.rl.trainer.utils import prepare_peft_model
 
 
 def trained_weights_dtype(bf16: bool, lora: bool) -> torch.dtype:
@@ -45,6 +44,10 @@ def load_policy(model: str | PreTrainedModel, *, bf16: bool, tokenizer=None, lor
 
 def with_lora(model: PreTrainedModel, lora_config: PeftConfig | None, args) -> PreTrainedModel:
     """Wrap the model in a LoRA adapter (verifiers' prepare_peft_model) when a config is given."""
+    # Imported here: verifiers' RL package pulls in vLLM, which a GPU training machine without a server lacks, and
+    # nothing else in this module needs it (`make gpu-check` imports this module there).
+    from verifiers.rl.trainer.utils import prepare_peft_model
+
     return prepare_peft_model(model, lora_config, args) if isinstance(lora_config, PeftConfig) else model
 
 
