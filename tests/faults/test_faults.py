@@ -4,6 +4,7 @@ the real server)."""
 from __future__ import annotations
 
 import http.server
+import logging
 import os
 import signal
 import subprocess
@@ -161,13 +162,21 @@ def test_the_users_server_that_comes_back_is_used_again():
         started.append(http.server.HTTPServer(("127.0.0.1", port), Health))
         started[0].serve_forever()
 
+    class ComeBackDuringThePause(logging.Handler):  # not on a timer: recover must see it down first
+        def emit(self, record: logging.LogRecord) -> None:
+            if ": waiting " in record.getMessage() and not started:
+                threading.Thread(target=come_back, daemon=True).start()
+
     watch = ServerWatch(url, "x", "tiny-random", wait_s=30, first_wait_s=1, health_timeout=1)
     assert watch.diagnosis() is not None
-    threading.Timer(0.3, come_back).start()  # during the first pause
+    trigger = ComeBackDuringThePause(logging.WARNING)
+    logging.getLogger("rlvr.trainer.faults").addHandler(trigger)
     try:
         assert watch.recover(RuntimeError("connection refused")) == url
     finally:
-        started[0].shutdown()
+        logging.getLogger("rlvr.trainer.faults").removeHandler(trigger)
+        if started:
+            started[0].shutdown()
 
 
 def step_end(preemption: Preemption, step: int, max_steps: int = 10) -> TrainerControl:

@@ -51,3 +51,14 @@ def _in_forked_child(work: Callable[[], dict]) -> dict:
 @pytest.fixture
 def in_forked_child() -> Callable[[Callable[[], dict]], dict]:
     return _in_forked_child
+
+
+@pytest.fixture(autouse=True)
+def fresh_restart_budget(monkeypatch):
+    """Each test starts with the sandbox's whole restart budget (5 within 60 s): some kill the server on purpose."""
+    from rlvr.restarts import RestartBudget
+    from rlvr.sandbox import core
+
+    budget = RestartBudget("rlvr.sandbox: the sandbox server", limit=5, window_s=60.0)
+    monkeypatch.setattr(core, "RESTARTS", budget)
+    return budget

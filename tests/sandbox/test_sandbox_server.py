@@ -90,6 +90,21 @@ def test_a_call_sent_to_a_server_that_just_died_is_sent_again():
         assert result.ok and result.stdout == "answered\n"
 
 
+def test_a_server_killed_more_often_than_the_restart_budget_allows_fails_calls_with_a_clear_error(
+        fresh_restart_budget, caplog):
+    for restart in range(1, 6):
+        os.kill(server_pid(), signal.SIGKILL)
+        assert run_python("print('answered')").stdout == "answered\n"
+        assert fresh_restart_budget.restarts == restart
+    assert "restarting it (restart 5 of 5 within 60 s)" in caplog.text
+    os.kill(old := server_pid(), signal.SIGKILL)
+    with pytest.raises(SandboxError, match=rf"sandbox launcher failed: rlvr.sandbox: the sandbox server \(pid {old}\) "
+                                           r"died \(exit code -9\), and was restarted 5 times in the last 60 s"):
+        run_python("print('answered')")
+    fresh_restart_budget.window_s = 1e-9  # the window has passed: the next call starts a server again
+    assert run_python("print('answered')").stdout == "answered\n"
+
+
 def test_concurrent_async_calls_run_at_the_same_time():
     # Each program records when it ran; with 8 in flight they must overlap (not one after another).
     code = "import time, json\nstart = time.time()\ntime.sleep(1.0)\nprint(json.dumps([start, time.time()]))"

@@ -9,20 +9,28 @@ alfworld: ALFWorld's own text engine, i.e. textworld's `PddlEnv` (fast-downward 
 twc:      TextWorldExpress's TextWorld-Commonsense game (a Java simulator reached through py4j): put household
           objects where they belong. One simulator per process serves every episode; an episode is its seed plus
           the commands played so far, replayed when another episode used the simulator in between (0.4 ms a step).
+          A JVM that dies or hangs is restarted (bounded, logged); the episode in its call fails, the others replay.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
 import itertools
+import logging
 import re
 import shutil
+import subprocess
 import threading
 from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from py4j.protocol import Py4JError, Py4JJavaError
+
+from rlvr.restarts import RestartBudget, RestartsSpent
 from vf_alfworld.records import GameRecord
 from vf_alfworld.tasks import Task, progress
 
@@ -233,6 +241,9 @@ class AlfredEngines:
 # some objects out of the training fold).
 TWC_FOLDS = {"train": "train", "valid_seen": "dev", "valid_unseen": "test"}
 TWC_DEFAULT_PARAMS = "numLocations=1,numItemsToPutAway=2,includeDoors=0,limitInventorySize=0"
+# A simulator call takes milliseconds (a replay of 30 commands ~12 ms); a JVM silent this long is hung (a deadlock,
+# a collector thrashing at its heap limit) and is killed.
+TWC_CALL_TIMEOUT_S = 60.0
 
 
 def require_java() -> str:
@@ -259,56 +270,139 @@ class TwcEpisode:
     commands: list[str]
 
 
+class TwcEngineError(RuntimeError):
+    """The simulator failed this call (its JVM died or hung and was restarted, or its restarts are spent); the
+    episode that made the call fails, later ones play on the new JVM."""
+
+
 class TwcEngines:
-    """One TextWorldExpress simulator for all episodes of this process, behind a lock."""
+    """One TextWorldExpress simulator for all episodes of this process, behind a lock.
+
+    Every simulator call runs under a watchdog: a JVM silent for `call_timeout_s` is killed. A JVM that died (or was
+    killed so) fails the call in flight with TwcEngineError (one failed rollout) and is replaced at once, within
+    `restarts` (rlvr.restarts: bounded, one log line each); episodes that were not in the call go on, replayed from
+    their commands on the new simulator (the same replay that interleaved episodes use).
+    """
 
     name = "twc"
 
-    def __init__(self, params: str = TWC_DEFAULT_PARAMS, step_limit: int = 10_000):
+    def __init__(self, params: str = TWC_DEFAULT_PARAMS, step_limit: int = 10_000,
+                 call_timeout_s: float = TWC_CALL_TIMEOUT_S, restarts: RestartBudget | None = None):  # fmt: skip
         require_java()
-        from textworld_express import TextWorldExpressEnv
-
         self.params = params
-        self._sim = TextWorldExpressEnv(envStepLimit=step_limit)  # episodes end by the env's own turn limit
-        self._sim.load("twc", params)
+        self.step_limit = step_limit  # episodes end by the env's own turn limit
+        self.call_timeout_s = call_timeout_s
+        self.restarts = restarts or RestartBudget("vf-alfworld: the TextWorldExpress JVM")
         self._lock = threading.Lock()
+        self._sim = self._launch()
         self._current: tuple[int, int] | None = None  # (episode number, commands played) held by the simulator
         self._numbers = itertools.count()
 
+    def _launch(self):
+        from textworld_express import TextWorldExpressEnv
+
+        # py4j logs every refused connection to a dead JVM with a traceback; the one line of `_replace` says it
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        sim = TextWorldExpressEnv(envStepLimit=self.step_limit)
+        sim.load("twc", self.params)
+        return sim
+
+    @property
+    def jvm(self) -> subprocess.Popen | None:
+        """The simulator's Java process (None while it is down)."""
+        return None if self._sim is None else self._sim._gateway.java_process
+
+    def _call(self, action: Callable):
+        """`action(simulator)` under the lock and the watchdog; a failed JVM is replaced and the call fails."""
+        with self._lock:
+            if self._sim is None:  # down since the restarts were spent: try again (the window may have passed)
+                self._replace("is down")
+            jvm, hung = self.jvm, threading.Event()
+
+            def kill_hung() -> None:
+                hung.set()
+                jvm.kill()
+
+            watchdog = threading.Timer(self.call_timeout_s, kill_hung)
+            watchdog.daemon = True
+            watchdog.start()
+            try:
+                return action(self._sim)
+            except Py4JError as err:
+                if isinstance(err, Py4JJavaError) and jvm.poll() is None and not hung.is_set():
+                    raise  # an exception inside the simulator: the JVM is fine
+                try:
+                    code = jvm.wait(timeout=5)
+                except subprocess.TimeoutExpired:  # alive, but its connection broke: treated as dead
+                    jvm.kill()
+                    code = jvm.wait()
+                why = (f"(pid {jvm.pid}) did not answer within {self.call_timeout_s:g} s and was killed" if hung.is_set()
+                       else f"(pid {jvm.pid}) died (exit code {code})")  # fmt: skip
+                self._replace(why)
+                raise TwcEngineError(f"the TextWorldExpress JVM {why} during this call; it was restarted") from None
+            finally:
+                watchdog.cancel()
+
+    def _replace(self, why: str) -> None:
+        """A new simulator in place of the failed one (under the lock), or None when the restarts are spent."""
+        old, self._sim, self._current = self._sim, None, None
+        if old is not None:
+            old._gateway.java_process.kill()
+            old._gateway.java_process.wait()
+            with contextlib.suppress(Exception):
+                old._gateway.shutdown_callback_server()
+        try:
+            self.restarts.spend(why)
+        except RestartsSpent as spent:
+            raise TwcEngineError(str(spent)) from None
+        self._sim = self._launch()
+
     def seeds(self, split: str) -> list[int]:
         fold = TWC_FOLDS[split]
-        with self._lock:
+
+        def seeds_of(sim) -> list[int]:
             self._current = None
-            return {"train": self._sim.getValidSeedsTrain, "dev": self._sim.getValidSeedsDev,
-                    "test": self._sim.getValidSeedsTest}[fold]()  # fmt: skip
+            return {"train": sim.getValidSeedsTrain, "dev": sim.getValidSeedsDev,
+                    "test": sim.getValidSeedsTest}[fold]()  # fmt: skip
+
+        return self._call(seeds_of)
 
     def gold_path(self, seed: int, split: str) -> tuple[str, str, list[str]]:
         """(task description, first observation, the simulator's gold command sequence) of a game."""
-        with self._lock:
+
+        def gold_of(sim) -> tuple[str, str, list[str]]:
             self._current = None
-            obs, infos = self._sim.reset(seed=seed, gameFold=TWC_FOLDS[split], generateGoldPath=True)
-            return infos["taskDescription"], _first_text(infos), list(self._sim.getGoldActionSequence())
+            obs, infos = sim.reset(seed=seed, gameFold=TWC_FOLDS[split], generateGoldPath=True)
+            return infos["taskDescription"], _first_text(infos), list(sim.getGoldActionSequence())
+
+        return self._call(gold_of)
 
     def start(self, record: GameRecord) -> tuple[TwcEpisode, Observation]:
         episode = TwcEpisode(next(self._numbers), record.seed, TWC_FOLDS[record.split], [])
-        with self._lock:
-            _, infos = self._sim.reset(seed=episode.seed, gameFold=episode.fold, generateGoldPath=False)
+
+        def start_on(sim) -> tuple[TwcEpisode, Observation]:
+            self._current = None
+            _, infos = sim.reset(seed=episode.seed, gameFold=episode.fold, generateGoldPath=False)
             self._current = (episode.number, 0)
             return episode, self._observe(episode, infos, _first_text(infos), valid=True)
 
+        return self._call(start_on)
+
     def step(self, episode: TwcEpisode, command: str) -> Observation:
-        with self._lock:
+        def step_on(sim) -> Observation:
             if self._current != (episode.number, len(episode.commands)):
-                self._sim.reset(seed=episode.seed, gameFold=episode.fold, generateGoldPath=False)
+                self._current = None
+                sim.reset(seed=episode.seed, gameFold=episode.fold, generateGoldPath=False)
                 for previous in episode.commands:
-                    self._sim.step(previous)
-            admissible = self._sim.runHistory[-1]["validActions"]
-            command = same_but_for_case(command, admissible)
-            valid = command in admissible
-            text, _, _, infos = self._sim.step(command)
-            episode.commands.append(command)
+                    sim.step(previous)
+            admissible = sim.runHistory[-1]["validActions"]
+            played = same_but_for_case(command, admissible)
+            text, _, _, infos = sim.step(played)
+            episode.commands.append(played)
             self._current = (episode.number, len(episode.commands))
-            return self._observe(episode, infos, text, valid)
+            return self._observe(episode, infos, text, played in admissible)
+
+        return self._call(step_on)
 
     def finish(self, episode: TwcEpisode) -> None:
         return None

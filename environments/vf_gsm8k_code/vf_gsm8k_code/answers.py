@@ -11,6 +11,9 @@ because a policy writes anything (issue 21: `<answer>10^10^10</answer>` made sco
    by math-verify in this process: literals cannot blow up;
 3. anything else goes to math-verify in a worker process with a time limit; a comparison that runs out of time
    kills the worker (a new one starts for the next comparison) and falls back to string equality (logged).
+A worker that dies on its own (killed from outside, out of memory) fails the comparison in flight with WorkerDied,
+which the reward function lets through: TurnRubric scores that rollout 0, logs it and counts it in `reward_errors`;
+the worker is restarted for the next comparison (bounded and logged by rlvr.restarts).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from math_verify import parse, verify
 
+from rlvr.restarts import RestartBudget, RestartsSpent
 from rlvr.rubrics.parsing import message_text, tagged
 
 logger = logging.getLogger(__name__)
@@ -105,7 +109,11 @@ def _math_verify(gold: str, prediction: str) -> bool:
 
 
 class ComparisonFailed(RuntimeError):
-    """The worker could not compare in time (or died); the message says why."""
+    """The worker could not compare in time (and was killed); the message says why."""
+
+
+class WorkerDied(RuntimeError):
+    """The worker died on its own during a comparison (or cannot be restarted): that rollout's score fails."""
 
 
 class MathVerifyWorker:
@@ -114,6 +122,7 @@ class MathVerifyWorker:
 
     def __init__(self, timeout_s: float = COMPARE_TIMEOUT_S):
         self.timeout_s = timeout_s
+        self.restarts = RestartBudget("vf-gsm8k-code: the math-verify worker")
         self._process: subprocess.Popen | None = None
         self._lock = threading.Lock()
         atexit.register(self.close)
@@ -125,10 +134,13 @@ class MathVerifyWorker:
             try:
                 process.stdin.write(json.dumps([gold, prediction]).encode() + b"\n")
                 process.stdin.flush()
-            except OSError as e:
-                self.close()
-                raise ComparisonFailed(f"the math-verify worker is gone ({e})") from None
-            line = self._read_line(process, self.timeout_s)
+                line = self._read_line(process, self.timeout_s)
+            except OSError:
+                line = b""  # its pipe broke: it is gone
+            if line == b"":  # left for `_started` to account and replace
+                code = process.wait()
+                raise WorkerDied(f"the math-verify worker (pid {process.pid}) died (exit code {code}) while comparing "
+                                 f"{prediction!r} with {gold!r}")
             if line is None:
                 self.close()
                 raise ComparisonFailed(f"math-verify took longer than {self.timeout_s:g} s (worker killed)")
@@ -144,7 +156,14 @@ class MathVerifyWorker:
             self._process = None
 
     def _started(self) -> subprocess.Popen:
-        if self._process is None or self._process.poll() is not None:
+        if self._process is not None and self._process.poll() is not None:  # died on its own, not killed by us
+            dead, self._process = self._process, None
+            try:
+                self.restarts.spend(f"(pid {dead.pid}) died (exit code {dead.returncode})")
+            except RestartsSpent as spent:
+                self._process = dead  # still down: the next comparison asks the budget again
+                raise WorkerDied(str(spent)) from None
+        if self._process is None:
             worker = Path(__file__).with_name("math_verify_worker.py")
             self._process = subprocess.Popen([sys.executable, str(worker)], stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -155,19 +174,20 @@ class MathVerifyWorker:
 
     @staticmethod
     def _read_line(process: subprocess.Popen, timeout_s: float) -> bytes | None:
-        """One line from the worker, or None if none came within `timeout_s` or the worker exited."""
+        """One line from the worker, None if none came within `timeout_s`, b"" if the worker exited."""
         assert process.stdout is not None
         ready, _, _ = select.select([process.stdout], [], [], timeout_s)
         if not ready:
             return None
-        return process.stdout.readline() or None
+        return process.stdout.readline()
 
 
 WORKER = MathVerifyWorker()
 
 
 def numerically_equal(prediction: str, gold: str) -> bool:
-    """Whether the prediction equals the gold answer, in bounded time (module docstring)."""
+    """Whether the prediction equals the gold answer, in bounded time (module docstring). Raises WorkerDied when
+    the worker died during the comparison: the rollout is scored as failed, not as wrong."""
     if reason := refusal(prediction):
         logger.info(f"answer {prediction[:60]!r} is {reason}: compared as text, not evaluated")
         return same_text(prediction, gold)

@@ -5,25 +5,33 @@ the programs use) and keeps it for later calls; each call hands the server a soc
 for stdout/stderr, sends the program, and reads one JSON line back. The server forks a fresh process tree
 per call, isolated by `_jail.py` (namespaces, a private filesystem, seccomp) and limited by rlimits; see
 docs/sandbox.md for the layers and what each guarantees. A server that died is started again on the next
-call (and a call it dropped is sent again: nothing a program does survives it, so re-running is safe).
+call (and a call it dropped is sent again: nothing a program does survives it, so re-running is safe); calls it
+had already handed to their own process finish on their own. A hung server (one that does not take the calls it is
+handed) is killed when a call times out without having been read, and replaced on the next call. Restarts are
+logged and bounded (`RESTARTS`, rlvr.restarts); when they are spent, calls raise SandboxError.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import fcntl
 import itertools
 import json
 import math
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from rlvr.restarts import RestartBudget, RestartsSpent
 
 SERVER = Path(__file__).with_name("_server.py")
 # Private uids for sandboxed programs: far above ordinary and container-mapped ranges, one per call.
@@ -36,6 +44,9 @@ SERVER_START_SECONDS = 60.0  # start-up imports and the filesystem view; minutes
 GRACE_SECONDS = 10.0
 SERVER_EXIT_SECONDS = 2.0  # how long an unanswered call waits to see whether the server died
 MAX_ATTEMPTS = 2  # a call the server dropped because it died is sent once more, to a new server
+# Restarts of this process's sandbox servers (all interpreters), each logged: a start costs well under a second and
+# calls in flight survive it, so only a server killed again and again (5 times in a minute) is given up on.
+RESTARTS = RestartBudget("rlvr.sandbox: the sandbox server", limit=5, window_s=60.0)
 
 
 class SandboxError(RuntimeError):
@@ -175,6 +186,7 @@ class _Server:
                 f"sandbox launcher failed: the sandbox server on {python} did not start: {detail}"
             )
         ours.settimeout(None)
+        self.failure: str | None = None  # why this process killed it (hung), for the restart's log line
 
     def submit(self, call: socket.socket, stdout_fd: int, stderr_fd: int) -> bool:
         """Hand one call to the server; False when it is gone."""
@@ -186,6 +198,16 @@ class _Server:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def kill_hung(self, waited: float) -> None:
+        """Kill a server that did not take a call for `waited` seconds; the next call starts a new one. The calls it
+        had taken run in their own processes and finish."""
+        self.failure = f"(pid {self.process.pid}) did not take a call for {waited:g} s and was killed"
+        self.process.kill()
+        self.process.wait()
+
+    def why_gone(self) -> str:
+        return self.failure or f"(pid {self.process.pid}) died (exit code {self.process.returncode})"
 
     def close(self) -> None:
         """Closing the control socket ends the server (its running calls finish on their own)."""
@@ -207,6 +229,10 @@ def _server_for(python: str) -> _Server:
         if server is None or not server.alive():
             if server is not None:
                 server.close()
+                try:
+                    RESTARTS.spend(server.why_gone())
+                except RestartsSpent as spent:
+                    raise SandboxError(f"sandbox launcher failed: {spent}") from None
             server = _servers[python] = _Server(python)
         return server
 
@@ -285,10 +311,17 @@ class _Call:
         except subprocess.TimeoutExpired:
             return False  # the server lives: the call's own supervisor failed; reported as such
 
-    def timeout_error(self) -> SandboxError:
-        return SandboxError(
-            f"sandbox call did not finish within its {self.config.timeout}s timeout + {GRACE_SECONDS}s grace"
-        )
+    def timeout_error(self, sock: socket.socket, server: _Server) -> SandboxError:
+        """The error of a call that got no answer in time. When its request was never read (still queued on its
+        socket: no supervisor took the call), the server is hung and is killed, to be replaced on the next call."""
+        waited = self.config.timeout + GRACE_SECONDS
+        unread = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        if unread and server.alive():
+            server.kill_hung(waited)
+        if server.failure is not None:  # this call or another one it held found it hung
+            return SandboxError(f"the sandbox server {server.failure}; the next call starts a new one")
+        return SandboxError(f"sandbox call did not finish within its {self.config.timeout}s timeout + "
+                            f"{GRACE_SECONDS}s grace")
 
     def result(self, reply: bytes) -> SandboxResult:
         try:
@@ -352,7 +385,7 @@ def run_python(code: str, config: SandboxConfig | None = None) -> SandboxResult:
                         sock.sendall(call.request)
                         reply = _receive_all(sock)
                     except TimeoutError:
-                        raise call.timeout_error() from None
+                        raise call.timeout_error(sock, server) from None
                     except OSError:
                         pass  # the supervisor never read it: its server died
             if not call.retry(reply, server):
@@ -385,7 +418,7 @@ async def arun_python(code: str, config: SandboxConfig | None = None) -> Sandbox
                                 chunks.append(chunk)
                             reply = b"".join(chunks)
                     except TimeoutError:
-                        raise call.timeout_error() from None
+                        raise call.timeout_error(sock, server) from None
                     except OSError:
                         pass  # the supervisor never read it: its server died
             if reply or not await asyncio.to_thread(call.retry, reply, server):
