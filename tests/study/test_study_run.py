@@ -1,7 +1,7 @@
 """`rlvr study` end to end on tiny-random: 2 algorithms x 2 seeds x 2 steps on vf-triviaqa-search (search
 protocol), one server per invocation, then an interrupted cell (its completion marker, evaluation, final weights
-and last checkpoint removed, as a kill after step 1's checkpoint leaves it) resumed by the same command, and
-`rlvr analyze` on the study directory. Real server, trainer, environment and evaluation throughout."""
+and last checkpoint removed, as a kill after step 1's checkpoint leaves it) resumed by the same command, which also
+re-runs that cell once with the same seed (replicates = 2), and `rlvr analyze` on the study directory. Real server, trainer, environment and evaluation throughout."""
 
 from __future__ import annotations
 
@@ -106,17 +106,21 @@ def test_study_runs_resumes_an_interrupted_cell_and_reports(tiny_model, tmp_path
         assert (out / "plots" / f"{png}.png").read_bytes()[:8] == PNG_MAGIC
         assert f"(plots/{png}.png)" in report
 
-    # A cell killed after step 1's checkpoint: no marker, no evaluation, no final weights, no checkpoint-2.
-    unit = out / "cells" / "mt_grpo" / "seed-1"
+    # A cell killed after step 1's checkpoint: no marker, no evaluation, no final weights, no checkpoint-2. The next
+    # invocation also asks for replicates = 2 on that cell only: it resumes the cell, then re-runs it from scratch
+    # with the same seed (one server for both), and nothing else runs again.
+    unit = out / "cells" / "grpo" / "seed-0"
     for path in (unit / "done.json", unit / "eval", unit / "train" / "final", unit / "train" / "checkpoint-2"):
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     untouched = {p: p.read_text() for p in out.glob("*/*/seed-*/done.json")} | {
         p: p.read_text() for p in out.glob("base/seed-*/done.json")}
     assert len(untouched) == 5
+    config.write_text("replicates = 2\n" + STUDY_TOML)
+    only_the_cell = ("--algos", "grpo", "--seeds", "0")
 
-    dry = rlvr("study", "--config", config, "--out", out, "--dry-run")
-    assert "resumes from checkpoint-1" in dry
-    rlvr("study", "--config", config, "--out", out)
+    dry = rlvr("study", "--config", config, "--out", out, "--dry-run", *only_the_cell)
+    assert "resumes from checkpoint-1" in dry and "(1 same-seed re-runs to do" in dry and "2 cells to run" in dry
+    rlvr("study", "--config", config, "--out", out, *only_the_cell)
 
     assert all(p.read_text() == text for p, text in untouched.items())  # nothing finished ran again
     done = json.loads((unit / "done.json").read_text())
@@ -126,32 +130,28 @@ def test_study_runs_resumes_an_interrupted_cell_and_reports(tiny_model, tmp_path
     assert [r["step"] for r in steps] == [1, 2]  # step 2 trained once more, step 1 kept from before
     assert len(read_jsonl(unit / "eval" / "results.jsonl")) == 3
     manifest = json.loads((out / "study.json").read_text())
-    assert len(manifest["invocations"]) == 2 and manifest["cells"]["mt_grpo/seed-1"] == done
-    assert "| mt_grpo | 1 |" in (out / "report.md").read_text() and "checkpoint-1" in (out / "report.md").read_text()
+    assert len(manifest["invocations"]) == 2 and manifest["cells"]["grpo/seed-0"] == done
+
+    replicate = unit / "replicate-1"
+    replicate_done = json.loads((replicate / "done.json").read_text())
+    assert replicate_done["replicate"] == 1 and replicate_done["seed"] == 0 and replicate_done["resumed_from"] is None
+    assert len(read_jsonl(replicate / "eval" / "results.jsonl")) == 3
+    assert [r["step"] for r in read_jsonl(replicate / "train" / "metrics.jsonl") if "loss" in r] == [1, 2]
+    assert json.loads((replicate / "train" / "config.json").read_text())["training"]["seed"] == 0
+    assert manifest["settings"]["replicates"] == 2 and "grpo/seed-0/replicate-1" in manifest["cells"]
+    report = (out / "report.md").read_text()
+    assert "| grpo | 0 |" in report and "checkpoint-1" in report
+    assert "1 of 4 cells were run more than once with their own seed" in report
+    assert re.search(r"^\| grpo \| 0 \| 2 \| ", report.split("## Re-run spread")[1], re.MULTILINE), report
+    # seeded sampling: the uninterrupted re-run trained and evaluated token for token like the resumed cell (CPU, one
+    # server; benchmarks/rerun_determinism.py measures the same on a run whose weights move)
+    assert [r["completion"] for r in read_jsonl(replicate / "eval" / "results.jsonl")] == [
+        r["completion"] for r in read_jsonl(unit / "eval" / "results.jsonl")]
+    assert [(r["loss"], r["reward"]) for r in read_jsonl(replicate / "train" / "metrics.jsonl") if "loss" in r] == [
+        (r["loss"], r["reward"]) for r in steps]
+    assert "| 0.000 |" in report.split("## Re-run spread")[1]
 
     # rlvr analyze recognises the study directory and redraws its report
     (out / "report.md").unlink()
     rlvr("analyze", out)
     assert "4 of 4 cells finished" in (out / "report.md").read_text()
-
-    # replicates = 2 on grpo / seed 0 only: one same-seed re-run of that cell, nothing else runs again
-    config.write_text("replicates = 2\n" + STUDY_TOML)
-    rlvr("study", "--config", config, "--out", out, "--algos", "grpo", "--seeds", "0")
-    replicate = out / "cells" / "grpo" / "seed-0" / "replicate-1"
-    done = json.loads((replicate / "done.json").read_text())
-    assert done["replicate"] == 1 and done["seed"] == 0 and len(read_jsonl(replicate / "eval" / "results.jsonl")) == 3
-    assert [r["step"] for r in read_jsonl(replicate / "train" / "metrics.jsonl") if "loss" in r] == [1, 2]
-    assert json.loads((replicate / "train" / "config.json").read_text())["training"]["seed"] == 0
-    manifest = json.loads((out / "study.json").read_text())
-    assert manifest["settings"]["replicates"] == 2 and "grpo/seed-0/replicate-1" in manifest["cells"]
-    report = (out / "report.md").read_text()
-    assert "1 of 4 cells were run more than once with their own seed" in report
-    assert re.search(r"^\| grpo \| 0 \| 2 \| ", report.split("## Re-run spread")[1], re.MULTILINE), report
-    # seeded sampling: the re-run trained and evaluated token for token like the cell (CPU, one server;
-    # benchmarks/rerun_determinism.py measures the same on a run whose weights move)
-    cell = out / "cells" / "grpo" / "seed-0"
-    assert [r["completion"] for r in read_jsonl(replicate / "eval" / "results.jsonl")] == [
-        r["completion"] for r in read_jsonl(cell / "eval" / "results.jsonl")]
-    assert [(r["loss"], r["reward"]) for r in read_jsonl(replicate / "train" / "metrics.jsonl") if "loss" in r] == [
-        (r["loss"], r["reward"]) for r in read_jsonl(cell / "train" / "metrics.jsonl") if "loss" in r]
-    assert "| grpo | 0 | 2 | " in report and "| 0.000 |" in report.split("## Re-run spread")[1]
