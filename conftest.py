@@ -58,6 +58,18 @@ def smol_server(smol_model):
 
 
 @pytest.fixture(scope="session")
+def training_server(tiny_model):
+    """One fp32 `rlvr serve` of tiny-random that training runs share (the trainer tests', the CLI's, the environments',
+    rlvr view's): a run pushes its weights before its first batch, so what an earlier run left there does not matter,
+    and the shared servers above keep theirs. fp32 like the trainer on CPU (vLLM's CPU default is bf16), so that
+    the server's logprobs can be compared with the trainer's to float32 rounding."""
+    from rlvr.serve import launch
+
+    with launch(model="tiny-random", extra_args=["--dtype", "float32"]) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def vf_install():
     """Run verifiers' own `vf-install ENV -p environments` (it runs `uv pip install -e`; uv is in this venv)."""
     import subprocess

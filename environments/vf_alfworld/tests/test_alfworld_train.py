@@ -1,6 +1,6 @@
 """MT-GRPO trains on vf-alfworld: two steps of tiny-random on two generated games (3 turns, 8 tokens a turn), with
-the real ALFWorld engine, the real trainer and a real `rlvr serve` (the run's own, started and stopped by
-run_training: training changes its weights, and the session's shared servers must keep theirs).
+the real ALFWorld engine, the real trainer and a real `rlvr serve` (the session's `training_server`, which training
+runs share: each pushes its weights before its first batch; the other shared servers keep theirs).
 
 tiny-random writes no action, so every reward here is 0 (and the gradient too): the test checks that the turn-level
 pipeline runs end to end on this environment (turn rewards, per-turn advantages, checkpoints); that MT-GRPO learns
@@ -25,7 +25,7 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def train(tmp_path: Path, game_cache: str, steps: int, **env_args) -> None:
+def train(server, tmp_path: Path, game_cache: str, steps: int, **env_args) -> None:
     env = load_environment(num_train_examples=2, num_eval_examples=0, max_turns=MAX_TURNS, cache_dir=game_cache,
                            **env_args)  # fmt: skip
     config = MTGRPOConfig(
@@ -35,11 +35,11 @@ def train(tmp_path: Path, game_cache: str, steps: int, **env_args) -> None:
         max_tokens_per_turn=8, max_seq_len=2048, temperature=1.0, learning_rate=1e-3,
         report_to="none", logging_steps=1, progress=False,
     )  # fmt: skip
-    run_training(env, "tiny-random", config, serve_args=["--kv-cache-gb", "0.5"])
+    run_training(env, "tiny-random", config, server_url=server.url)
 
 
-def test_mt_grpo_two_steps_on_generated_games(tiny_model, game_cache, tmp_path):
-    train(tmp_path, game_cache, steps=2)
+def test_mt_grpo_two_steps_on_generated_games(training_server, game_cache, tmp_path):
+    train(training_server, tmp_path, game_cache, steps=2)
 
     records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "loss" in r]
     assert [r["step"] for r in records] == [1, 2]
@@ -63,10 +63,10 @@ def test_mt_grpo_two_steps_on_generated_games(tiny_model, game_cache, tmp_path):
     assert (tmp_path / "final" / "adapter_model.safetensors").is_file()  # LoRA, MTGRPOConfig's default
 
 
-def test_a_history_window_trains_each_turn_as_its_own_sample(tiny_model, game_cache, tmp_path):
+def test_a_history_window_trains_each_turn_as_its_own_sample(training_server, game_cache, tmp_path):
     """history_turns=1: turn 3's prompt leaves turn 1 out, so it does not extend turn 2's prompt and completion token
     by token; the trainer takes each turn as its own sample (batching.rollout_samples) and still trains."""
-    train(tmp_path, game_cache, steps=1, history_turns=1)
+    train(training_server, tmp_path, game_cache, steps=1, history_turns=1)
     records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "loss" in r]
     assert len(records) == 1 and math.isfinite(records[0]["loss"]) and records[0]["errors"] == 0.0
     assert records[0]["batch/packed_fraction"] == 0.0
