@@ -10,12 +10,27 @@ import numpy as np
 
 from rlvr.credit import ESTIMATORS, GAE_ESTIMATORS
 from rlvr.suite import metrics
-from rlvr.suite.tabular import GAE_PREFIX, Compiled, Run, Settings, compile_task, parse_method, run
+from rlvr.suite.tabular import (
+    GAE_PREFIX,
+    OREO,
+    Compiled,
+    Method,
+    Run,
+    Settings,
+    compile_task,
+    parse_method,
+    run,
+)
 from rlvr.suite.tasks import TASKS, solve
 
 # Every registered estimator at its defaults, the `unreached="zero"` variants (policy-controlled stopping), every
 # GAE mode at PPOConfig's defaults, lambda < 1 for the two modes that differ on environment tokens, and the
-# turn-consistent critic targets (issue 28, item 5) next to the original ones.
+# turn-consistent critic targets (issue 28, item 5) next to the original ones; then OREO from a fixed dataset
+# (rlvr.suite.offline), two behaviour policies x three ways of acting.
+OFFLINE_METHODS: tuple[str, ...] = (
+    OREO, f"{OREO}:select=greedy", f"{OREO}:select=value",
+    f"{OREO}:behaviour=mixed", f"{OREO}:behaviour=mixed,select=greedy", f"{OREO}:behaviour=mixed,select=value",
+)
 DEFAULT_METHODS: tuple[str, ...] = (
     *ESTIMATORS,
     "mt_grpo_k:unreached=zero",
@@ -28,6 +43,7 @@ DEFAULT_METHODS: tuple[str, ...] = (
     f"{GAE_PREFIX}bi_level:returns=turn_monte_carlo",
     f"{GAE_PREFIX}cross_level:turn_weight=0.5",
     f"{GAE_PREFIX}cross_level:turn_weight=0.5,returns=turn_gae",
+    *OFFLINE_METHODS,
 )
 
 
@@ -38,12 +54,16 @@ class Cell:
     seeds: int
     auc: metrics.Interval  # mean fraction of the optimum over updates 1..U (area under the learning curve)
     final: metrics.Interval  # fraction of the optimum after the last update
-    reach90: metrics.Interval  # median updates to 90% of the optimum (inf: not reached)
+    reach90: metrics.Interval  # median updates (offline: gradient steps) to 90% of the optimum (inf: not reached)
     solved: metrics.Interval  # fraction of runs that reached 90%
     collapse: metrics.Interval  # fraction of runs that collapsed
     total: metrics.Interval  # expected turn rewards + outcome at the end (what summing rewards maximises)
     seconds: float
     curve: tuple[float, ...]  # mean fraction of the optimum after each update (index 0: before training)
+
+    @property
+    def offline(self) -> bool:
+        return parse_method(self.method).is_offline
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -74,9 +94,18 @@ def task_record(name: str) -> dict:
             "optimum_total": solve(task, "total").value, "reply_tokens": list(task.reply_tokens)}
 
 
+def run_method(compiled: Compiled, method: Method, seeds: int, settings: Settings) -> Run:
+    """N runs of an on-policy method (tabular.run) or of OREO from a fixed dataset (offline.run_offline)."""
+    if method.is_offline:
+        from rlvr.suite.offline import run_offline  # torch: only the offline cells need it
+
+        return run_offline(compiled, method, seeds, settings)
+    return run(compiled, method, seeds, settings)
+
+
 def _cell(task: str, method: str, seeds: int, settings: Settings) -> Cell:
     compiled = compile_task(TASKS[task])
-    return summarize(compiled, run(compiled, parse_method(method), seeds, settings))
+    return summarize(compiled, run_method(compiled, parse_method(method), seeds, settings))
 
 
 def run_grid(tasks: Sequence[str], methods: Sequence[str], seeds: int, settings: Settings, jobs: int = 1,

@@ -40,17 +40,26 @@ def write(out: Path, cells: Sequence[Cell], settings: Settings, command: str, se
     return atomic_write_text(out / "report.md", markdown(cells, records, settings, command, seconds))
 
 
+def _family(c: Cell) -> str:
+    return "offline" if c.offline else "gae" if c.method.startswith(GAE_PREFIX) else "group"
+
+
+PANELS = {"group": ("group estimators", "update"), "gae": ("PPO GAE modes (tabular critic)", "update"),
+          "offline": ("OREO from a fixed dataset", "gradient step")}
+
+
 def plot(path: Path, task: str, cells: Sequence[Cell]) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
-    for ax, gae in zip(axes, (False, True), strict=True):
+    families = [f for f in PANELS if any(_family(c) == f for c in cells)]
+    fig, axes = plt.subplots(1, len(families), figsize=(6.5 * len(families), 4.5), sharey=True, squeeze=False)
+    for ax, family in zip(axes[0], families, strict=True):
         for c in cells:
-            if c.method.startswith(GAE_PREFIX) == gae:
+            if _family(c) == family:
                 ax.plot(range(len(c.curve)), c.curve, label=c.method, lw=1.2)
         ax.axhline(0.9, color="grey", ls=":", lw=0.8)
-        ax.set_xlabel("update")
-        ax.set_title(f"{task}: {'PPO GAE modes (tabular critic)' if gae else 'group estimators'}")
+        ax.set_xlabel(PANELS[family][1])
+        ax.set_title(f"{task}: {PANELS[family][0]}")
         ax.legend(fontsize=6.5, loc="lower right")
-    axes[0].set_ylabel("expected outcome / optimum (mean over seeds)")
+    axes[0][0].set_ylabel("expected outcome / optimum (mean over seeds)")
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=110)
@@ -84,6 +93,8 @@ def best_and_worst(cells: Sequence[Cell]) -> tuple[list[Cell], list[Cell]]:
 def markdown(cells: Sequence[Cell], records: dict, settings: Settings, command: str, seconds: float) -> str:
     tasks = list(records)
     n = cells[0].seeds
+    offline = [c for c in cells if c.offline]
+    cells = [c for c in cells if not c.offline]
     lines = [
         "# Credit-assignment suite: tabular tier", "",
         f"Made by `{command}` in {seconds / 60:.1f} min. {n} independent seeds per cell; {settings.updates} updates "
@@ -101,10 +112,11 @@ def markdown(cells: Sequence[Cell], records: dict, settings: Settings, command: 
     ]
     lines += [f"| {t} | {r['phenomenon']} | {r['turns']} | {r['optimum']:.3f} | {r['optimum_total']:.3f} |"
               for t, r in records.items()]
-    lines += ["", "## Which credit for which problem", "",
-              "Best: the highest AUC and every method whose AUC interval overlaps it; worst: the same from the bottom.",
-              "", "| task | best (AUC) | worst (AUC) |", "|---|---|---|"]
-    for t in tasks:
+    if cells:
+        lines += ["", "## Which credit for which problem", "",
+                  "Best: the highest AUC and every method whose AUC interval overlaps it; worst: the same from the "
+                  "bottom.", "", "| task | best (AUC) | worst (AUC) |", "|---|---|---|"]
+    for t in (t for t in tasks if any(c.task == t for c in cells)):
         best, worst = best_and_worst([c for c in cells if c.task == t])
         fmt = ", ".join
         lines.append(f"| {t} | {fmt(f'{c.method} {c.auc.value:.3f}' for c in best)} | "
@@ -124,10 +136,33 @@ def markdown(cells: Sequence[Cell], records: dict, settings: Settings, command: 
                 half = Z95 * math.hypot(_se(by[a].auc), _se(by[b].auc))
                 lines.append(f"| {t} | {a} | {b} | {_iv(by[a].auc)} | {_iv(by[b].auc)} | "
                              f"{d:+.3f} [{d - half:+.3f}, {d + half:+.3f}] |")
-    for t in tasks:
+    if offline:
+        lines += ["", "## Offline: OREO from a fixed dataset", "", OFFLINE_PROTOCOL.format(
+            episodes=settings.updates * settings.group_size), "",
+            "| task | method | AUC (steps) | final | to 90% (steps) | solved | collapse | on-policy best final |",
+            "|---|---|---|---|---|---|---|---|"]
+        for t in tasks:
+            online = [c for c in cells if c.task == t]
+            best = max(online, key=lambda c: c.final.value) if online else None
+            for c in (c for c in offline if c.task == t):
+                lines.append(f"| {t} | {c.method} | {_iv(c.auc)} | {_iv(c.final)} | "
+                             f"{_updates(c.reach90, len(c.curve) - 1)} | {_iv(c.solved, 2)} | {_iv(c.collapse, 2)} | "
+                             f"{f'{best.method} {_iv(best.final)}' if best else '-'} |")
+    for t in (t for t in tasks if any(c.task == t for c in cells)):
         lines += ["", f"## {t}", "", f"{records[t]['phenomenon']}. ![learning curves](curves_{t}.png)", "",
                   "| method | AUC | final | to 90% | solved | collapse | total | s |", "|---|---|---|---|---|---|---|---|"]
         for c in (c for c in cells if c.task == t):
             lines.append(f"| {c.method} | {_iv(c.auc)} | {_iv(c.final)} | {_updates(c.reach90, settings.updates)} | "
                          f"{_iv(c.solved, 2)} | {_iv(c.collapse, 2)} | {c.total.value:.3f} | {c.seconds:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+OFFLINE_PROTOCOL = (
+    "OREO (arXiv 2412.16145) through rlvr.offline.losses on a softmax table and a value table (rlvr/suite/offline.py "
+    "has the protocol): each run collects {episodes} episodes once (the episodes an on-policy run samples in all) "
+    "with a behaviour policy, `uniform` or `mixed` (each turn an optimal action with probability 0.5, else a uniform "
+    "one), then takes full-batch Adam steps on OREO's value loss (Eq. 8) + policy loss (Eq. 9) + 0.01 x exact KL, "
+    "beta 0.03 (the defaults; a method label names what differs), R = the outcome (turn rewards unused). The curve's x-axis is gradient steps on that fixed dataset, "
+    "so AUC and 'to 90%' are in steps, not on-policy updates. Ways of acting: the table sampled (default), its most "
+    "likely action (`select=greedy`), or value-guided (`select=value`: the action with the highest learnt value "
+    "after it). The last column is the on-policy cell with the highest final fraction, for scale.")

@@ -35,6 +35,13 @@ GAE_PREFIX = "ppo/"
 # PPOConfig's defaults (rlvr.trainer.ppo: RAGEN's), without the KL penalty (the table has no reference policy).
 GAE_DEFAULTS = {"gamma": 1.0, "lam": 1.0, "turn_gamma": 0.95, "turn_lam": 0.95, "turn_weight": 0.0,
                 "returns": "gae", "value_loss_on_env_tokens": False}
+OREO = "oreo"
+# The offline cells (rlvr.suite.offline): behaviour policy of the dataset, OREO's beta and KL weight (the released
+# math script's, train_oreo.sh), Adam's step size on the tables, gradient steps, and how the learnt tables act.
+OREO_DEFAULTS = {"behaviour": "uniform", "mix": 0.5, "beta": 0.03, "kl_coef": 0.01, "lr": 0.1, "steps": 100,
+                 "select": "policy"}
+OREO_ACTING = ("policy", "greedy", "value")
+OREO_BEHAVIOURS = ("uniform", "mixed")
 _SUBOPTIMAL_GAP = 1e-9
 
 
@@ -43,7 +50,8 @@ class Method:
     """A way of computing advantages, written `name` or `name:key=value,key=value`.
 
     Group estimators by their registry name (`mt_grpo_k:unreached=zero`); PPO's GAE modes as `ppo/<mode>`
-    (`ppo/bi_level:returns=turn_gae`), with PPOConfig's defaults for what is not given."""
+    (`ppo/bi_level:returns=turn_gae`), with PPOConfig's defaults for what is not given; OREO from a fixed dataset
+    as `oreo` (`oreo:behaviour=mixed,select=value`; rlvr.suite.offline)."""
 
     label: str
     name: str
@@ -52,6 +60,10 @@ class Method:
     @property
     def is_gae(self) -> bool:
         return self.name.startswith(GAE_PREFIX)
+
+    @property
+    def is_offline(self) -> bool:
+        return self.name == OREO
 
     @property
     def options(self) -> dict[str, object]:
@@ -71,14 +83,32 @@ def parse_method(spec: str) -> Method:
         if mode not in GAE_ESTIMATORS:
             raise ValueError(f"method {spec!r}: unknown GAE mode {mode!r}; choose one of {GAE_ESTIMATORS}")
         unknown = sorted({k for k, _ in params} - set(GAE_DEFAULTS))
+    elif name == OREO:
+        unknown = sorted({k for k, _ in params} - set(OREO_DEFAULTS))
     elif name in ESTIMATORS:
         unknown = sorted({k for k, _ in params} - set(estimator_parameters(name)) - {"state_keys"})
     else:
         raise ValueError(f"unknown method {name!r}: an estimator of rlvr.credit.ESTIMATORS ({sorted(ESTIMATORS)}) "
-                         f"or ppo/<mode> with mode in {GAE_ESTIMATORS}")
+                         f"or ppo/<mode> with mode in {GAE_ESTIMATORS}, or {OREO} (offline)")
     if unknown:
         raise ValueError(f"method {spec!r}: {name} has no parameter(s) {unknown}")
-    return Method(spec, name, tuple(params))
+    method = Method(spec, name, tuple(params))
+    if method.is_offline:
+        oreo_options(method)
+    return method
+
+
+def oreo_options(m: Method) -> dict:
+    """An `oreo` method's settings, OREO_DEFAULTS for what it does not give, checked."""
+    o = {**OREO_DEFAULTS, **m.options}
+    if o["behaviour"] not in OREO_BEHAVIOURS or o["select"] not in OREO_ACTING:
+        raise ValueError(f"method {m.label!r}: behaviour must be one of {OREO_BEHAVIOURS} and select one of "
+                         f"{OREO_ACTING}")
+    if not (0.0 <= o["mix"] <= 1.0 and o["beta"] > 0 and o["kl_coef"] >= 0 and o["lr"] > 0
+            and isinstance(o["steps"], int) and o["steps"] >= 1):
+        raise ValueError(f"method {m.label!r}: need 0 <= mix <= 1, beta > 0, kl_coef >= 0, lr > 0 and an integer "
+                         "steps >= 1")
+    return o
 
 
 def _value(raw: str) -> object:
