@@ -35,9 +35,19 @@ def request_seed(run_seed: int, stream: str, batch: int, example_id: int, rollou
     within the rollout (its turn, from 0). BLAKE2b (hashlib, RFC 7693) of the canonical JSON of the tuple, the
     first 8 bytes read big-endian and cut to 31 bits: stable across processes, machines and Python versions
     (Python's hash() of a str is salted per process)."""
-    key = json.dumps([int(run_seed), str(stream), int(batch), int(example_id), int(rollout), int(request)],
-                     separators=(",", ":"))
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return _hash31([int(run_seed), str(stream), int(batch), int(example_id), int(rollout), int(request)])
+
+
+def derived_seed(seed: int, *path: int) -> int:
+    """The seed of one of several requests made on behalf of one seeded request (a value-guided search samples each
+    step of each beam in a request of its own: path = (step, beam)), in [0, 2**31); the same hash as request_seed,
+    of a key that no request_seed key equals (its string comes first)."""
+    return _hash31(["derived", int(seed), *(int(p) for p in path)])
+
+
+def _hash31(key: list) -> int:
+    text = json.dumps(key, separators=(",", ":"))
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> (64 - SEED_BITS)
 
 

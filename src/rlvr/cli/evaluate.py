@@ -25,6 +25,11 @@ from rlvr.cli.common import (
     sampling,
 )
 
+SeedOption = typer.Option(0, "--seed", help="Sampling seed: every request gets a seed derived from it, the example, "
+                          "the rollout and the turn (rlvr.seeding), so the same weights and seed give the same "
+                          "rollouts; value-guided search seeds its samples from it too.")
+UnseededOption = typer.Option(False, "--unseeded", help="Sample without seeds (the server's own generator).")
+
 
 def evaluate(
     env: str = EnvOption,
@@ -40,6 +45,8 @@ def evaluate(
                                       "best_of_k (per turn, agents); needs --value-model."),
     value_model: Path | None = typer.Option(None, "--value-model", help="An OREO run's value/ directory."),
     beam_width: int = typer.Option(4, "--beam-width", help="Search width: beams kept and samples per step (K)."),
+    seed: int = SeedOption,
+    unseeded: bool = UnseededOption,
 ) -> None:
     """Evaluate a model on an environment: a metrics table and results in vf-eval's layout."""
     args = parse_env_args(env_args)
@@ -57,7 +64,7 @@ def evaluate(
             results = evaluation.run_rollouts(
                 vf_env, base_url=base_url, model=served, num_examples=num_examples,
                 rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
-                client=client,
+                client=client, sampling_seed=None if unseeded else seed,
             )
         except ConnectionError as err:
             raise fail(str(err)) from err
@@ -82,6 +89,8 @@ def predict(
     temperature: float = TemperatureOption,
     max_tokens: int = MaxTokensOption,
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory (default outputs/predictions/...)."),
+    seed: int = SeedOption,
+    unseeded: bool = UnseededOption,
 ) -> None:
     """Roll out a model and save every rollout: JSONL and a Hugging Face dataset on disk."""
     if split not in {"eval", "train"}:
@@ -91,6 +100,7 @@ def predict(
         results = evaluation.run_rollouts(
             vf_env, base_url=base_url, model=served, num_examples=num_examples,
             rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens), split=split,
+            sampling_seed=None if unseeded else seed,
         )
     out = out or default_out_dir("predictions", env, served)
     evaluation.save_predictions(evaluation.prediction_records(results), out)
@@ -109,6 +119,8 @@ def benchmark(
     temperature: float = TemperatureOption,
     max_tokens: int = MaxTokensOption,
     out: Path | None = typer.Option(None, "--out", "-o", help="Results directory (default outputs/benchmark-TIME)."),
+    seed: int = SeedOption,
+    unseeded: bool = UnseededOption,
 ) -> None:
     """The model x environment (x retriever) grid, one evaluation per cell, into one results directory."""
     out = out or Path("outputs") / f"benchmark-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -127,6 +139,7 @@ def benchmark(
                     results = evaluation.run_rollouts(
                         vf_env, base_url=base_url, model=served, num_examples=num_examples,
                         rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
+                        sampling_seed=None if unseeded else seed,
                     )
                     results["metadata"]["env_id"], results["metadata"]["env_args"] = env, args
                     evaluation.save_results(results, out / model.replace("/", "--") / label)

@@ -39,6 +39,10 @@ def collect(
     prompts_per_request: int = typer.Option(4, "--prompts-per-request", help="Prompts generated together."),
     success_threshold: float = typer.Option(1.0, "--success-threshold", help="Reward that counts as a success."),
     max_concurrent: int = typer.Option(16, "--max-concurrent", help="Requests in flight."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed: every request gets a seed derived from it, the "
+                             "prompt, the rollout and the turn (rlvr.seeding), so the same seed collects the same "
+                             "trajectories."),
+    unseeded: bool = typer.Option(False, "--unseeded", help="Sample without seeds (the server's own generator)."),
 ) -> None:
     """Sample N rollouts per prompt and save them with rewards and step segmentation (resumable)."""
     import verifiers as vf
@@ -67,7 +71,8 @@ def collect(
     settings = CollectSettings(env=env, model=model, env_args=args, split=split, num_examples=num_examples,
                                rollouts_per_example=rollouts_per_example, temperature=temperature,
                                max_tokens=max_tokens, segmentation=segmentation,
-                               prompts_per_request=prompts_per_request, success_threshold=success_threshold)
+                               prompts_per_request=prompts_per_request, success_threshold=success_threshold,
+                               seed=None if unseeded else seed)
     out = out or Path("runs") / f"collect-{time.strftime('%Y%m%d-%H%M%S')}"
     dataset = vf_env.get_dataset(num_examples) if split == "train" else vf_env.get_eval_dataset(num_examples)
 

@@ -3,7 +3,13 @@ trajectory dataset (layout in rlvr.offline.trajectories) for SFT, rejection samp
 
 Resumable: every finished group (the N rollouts of one prompt) is appended to predictions.jsonl and fsynced; a
 restarted collection skips the prompts whose group is complete and drops a group a crash left unfinished. The
-settings that shape the data (environment, policy, N, sampling) are kept in collect.json and must match on resume.
+settings that shape the data (environment, policy, N, sampling, seed) are kept in collect.json and must match on
+resume.
+
+Sampling is seeded like training's and evaluation's (`rlvr.seeding`, stream "collect"): every request carries a seed
+derived from the collection's seed, the example, the rollout's number in its group and the turn, so the same seed
+collects the same trajectories (on one machine and vLLM build; docs/architecture.md lists what seeding does not cover)
+whatever the chunking or a resume. seed None: the server's unseeded sampling.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from rlvr.offline.trajectories import (
     write_dataset,
 )
 from rlvr.rollouts import Rollout, group_by_example
+from rlvr.seeding import seeded_rollouts
 
 SETTINGS_FILE = "collect.json"
 
@@ -42,10 +49,11 @@ class CollectSettings:
     segmentation: str = "turn"
     prompts_per_request: int = 4  # prompts generated together (their groups are appended when they finish)
     success_threshold: float = 1.0  # a trajectory with reward >= this counts as a success in the summary
+    seed: int | None = 0  # sampling seed (rlvr.seeding, stream "collect"); None: unseeded
 
     # what must match when a collection resumes (num_examples may grow; chunking and the summary do not matter)
     STREAM = ("env", "model", "env_args", "split", "rollouts_per_example", "temperature", "max_tokens",
-              "segmentation")
+              "segmentation", "seed")
 
     def command(self, out_dir: str | Path) -> str:
         """The `rlvr collect` command line that makes this collection (for reports: how a dataset was made)."""
@@ -55,7 +63,9 @@ class CollectSettings:
                          "--env-args", shlex.quote(json.dumps(self.env_args)), "--split", self.split,
                          "-n", str(self.num_examples), "-r", str(self.rollouts_per_example),
                          "--temperature", str(self.temperature), "--max-tokens", str(self.max_tokens),
-                         "--segmentation", self.segmentation, "-o", shlex.quote(str(out_dir))])
+                         "--segmentation", self.segmentation,
+                         *(["--unseeded"] if self.seed is None else ["--seed", str(self.seed)]),
+                         "-o", shlex.quote(str(out_dir))])
 
     def sampling_args(self) -> dict[str, Any]:
         # token ids and logprobs are not stored, but RolloutClient checks that the server returns them
@@ -108,7 +118,8 @@ def check_settings(out_dir: Path, settings: CollectSettings) -> None:
 def read_settings(out_dir: str | Path) -> CollectSettings | None:
     """How the trajectories in `out_dir` were collected, or None if `rlvr collect` did not make it."""
     path = Path(out_dir) / SETTINGS_FILE
-    return CollectSettings(**json.loads(path.read_text())) if path.is_file() else None
+    # collections made before sampling was seeded have no seed: they were unseeded
+    return CollectSettings(**{"seed": None, **json.loads(path.read_text())}) if path.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -121,8 +132,12 @@ class GroupSummary:
 
 def collect(env, client, settings: CollectSettings, out_dir: str | Path,
             on_group: Callable[[GroupSummary], None] | None = None) -> list[Trajectory]:
-    """Collect the missing groups into `out_dir` with `client` (a RolloutClient), then write dataset/.
-    Returns every trajectory of the directory (earlier runs' included)."""
+    """Collect the missing groups into `out_dir` with `client` (an unseeded RolloutClient: the collection seeds its
+    requests from settings.seed), then write dataset/. Returns every trajectory of the directory (earlier runs'
+    included)."""
+    if getattr(client, "sampling_seed", None) is not None:
+        raise ValueError("collect: pass an unseeded RolloutClient (sampling_seed=None); the collection seeds its "
+                         "requests from CollectSettings.seed, which a seeded client would override")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_settings(out_dir, settings)
@@ -136,7 +151,8 @@ def collect(env, client, settings: CollectSettings, out_dir: str | Path,
     todo = [i for i, example_id in enumerate(dataset["example_id"]) if int(example_id) not in done]
     for start in range(0, len(todo), settings.prompts_per_request):
         rows = dataset.select(todo[start: start + settings.prompts_per_request])
-        generated = client.generate(env, rows, settings.rollouts_per_example)
+        with seeded_rollouts(env, settings.seed, "collect"):
+            generated = client.generate(env, rows, settings.rollouts_per_example)
         for group in group_by_example(generated.rollouts):
             trajectories = [from_rollout(r, settings, k) for k, r in enumerate(group)]
             for t in trajectories:

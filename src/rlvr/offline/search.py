@@ -8,7 +8,10 @@ beam       step-level beam search for reasoning (the paper's math search; exampl
 best_of_k  for agents, whose environment cannot be searched ahead (Sec. 4.4): sample K whole turns and act with
            the one the value model rates highest (examples/scratch/run_alfworld_async_with_value.py).
 
-Candidates are sampled at temperature 1 (the original's `expand`). A candidate's value is V at its last token:
+Candidates are sampled at temperature 1 (the original's `expand`). A seeded request (`rlvr.seeding`: `rlvr evaluate`
+seeds every request unless --unseeded) seeds the search's own: best_of_k's one request of K samples with it (vLLM
+gives sample i the seed + i), beam's request for beam b at step s with `derived_seed(seed, s, b)`; so the same seed
+searches the same way. A candidate's value is V at its last token:
 the state after the step in the value model's training (rlvr.offline.oreo: position t holds V(ids[:t+1])).
 The original reads the second-to-last position (its critic drops the last one); that is the state before the
 last token, so here the last token is used.
@@ -25,6 +28,8 @@ from typing import Any, Literal
 
 import httpx
 import torch
+
+from rlvr.seeding import derived_seed
 
 SearchMode = Literal["beam", "best_of_k"]
 SEARCH_MODES = ("beam", "best_of_k")
@@ -123,9 +128,11 @@ class ValueGuidedClient:
         self.scored = 0  # candidates the value model rated
         self._http = httpx.AsyncClient(timeout=600.0)
 
-    async def _sample(self, prompt: str, n: int, max_tokens: int, stop: list[str] | None) -> list[dict]:
+    async def _sample(self, prompt: str, n: int, max_tokens: int, stop: list[str] | None,
+                      seed: int | None) -> list[dict]:
         body = {"model": self.model, "prompt": prompt, "n": n, "temperature": self.config.temperature,
-                "max_tokens": max_tokens, "include_stop_str_in_output": True, **({"stop": stop} if stop else {})}
+                "max_tokens": max_tokens, "include_stop_str_in_output": True, **({"stop": stop} if stop else {}),
+                **({"seed": seed} if seed is not None else {})}
         response = await self._http.post(f"{self.base_url}/completions", json=body)
         response.raise_for_status()
         return response.json()["choices"]
@@ -137,18 +144,20 @@ class ValueGuidedClient:
     def _tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    async def best_of_k(self, prompt: str, max_tokens: int) -> str:
-        choices = await self._sample(prompt, self.config.width, max_tokens, stop=None)
+    async def best_of_k(self, prompt: str, max_tokens: int, seed: int | None = None) -> str:
+        choices = await self._sample(prompt, self.config.width, max_tokens, None, seed)
         candidates = [Candidate(c["text"], True) for c in choices]
         return select(candidates, await self._values(prompt, candidates), 1)[0].text
 
-    async def beam(self, prompt: str, max_tokens: int) -> str:
+    async def beam(self, prompt: str, max_tokens: int, seed: int | None = None) -> str:
         cfg = self.config
         beams, finished = [Candidate("", False)], []
-        for _ in range(cfg.max_steps):
+        for step in range(cfg.max_steps):
             budgets = [max_tokens - self._tokens(b.text) for b in beams]
-            expansions = await asyncio.gather(*(self._sample(prompt + b.text, cfg.width, budget, [cfg.delimiter])
-                                                for b, budget in zip(beams, budgets, strict=True) if budget > 0))
+            expansions = await asyncio.gather(*(
+                self._sample(prompt + b.text, cfg.width, budget, [cfg.delimiter],
+                             None if seed is None else derived_seed(seed, step, i))
+                for i, (b, budget) in enumerate(zip(beams, budgets, strict=True)) if budget > 0))
             growing = []
             for beam, choices in zip([b for b, n in zip(beams, budgets, strict=True) if n > 0], expansions,
                                      strict=True):
@@ -168,7 +177,7 @@ class ValueGuidedClient:
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         max_tokens = int(sampling_args.get("max_tokens") or sampling_args.get("max_completion_tokens") or 256)
         search = self.beam if self.config.mode == "beam" else self.best_of_k
-        text = await search(prompt, max_tokens)
+        text = await search(prompt, max_tokens, sampling_args.get("seed"))
         return ChatCompletion.model_validate({
             "id": f"search-{time.time_ns()}", "object": "chat.completion", "created": int(time.time()),
             "model": model,
