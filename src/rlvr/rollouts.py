@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.credit import ESTIMATORS, TurnTokens, compute_advantages
+from rlvr.serve.protocol import WEIGHT_VERSION_END_FIELD, WEIGHT_VERSION_FIELD
 
 
 class CreditError(ValueError):
@@ -34,6 +35,10 @@ class Turn:
     tool_result: bool  # the environment answered this turn with a tool result
     state_key: Hashable | None  # the anchor state the turn acted on (environments that have one)
     tokens: TurnTokens | None  # what the server returned; None when it returned no token ids
+    # The weight versions (oldest, newest) that may have sampled the turn, as `rlvr serve` tags its answers
+    # (rlvr.serve.versions; equal: exactly that version). None: the server does not tag. The trainer's rollout
+    # client renumbers them as policy versions (RolloutClient.generate).
+    weight_versions: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,12 @@ def _turn_tokens(step: Mapping[str, Any]) -> TurnTokens | None:
                       tuple(float(x) for x in logprobs), tuple(int(m) for m in mask))
 
 
+def _weight_versions(step: Mapping[str, Any]) -> tuple[int, int] | None:
+    first = getattr(step.get("response"), WEIGHT_VERSION_FIELD, None)
+    last = getattr(step.get("response"), WEIGHT_VERSION_END_FIELD, None)
+    return None if first is None or last is None else (int(first), int(last))
+
+
 def from_state(state: Mapping[str, Any]) -> Rollout:
     """Read a scored verifiers state once. Turn rewards come from TurnRubric's marks on each step
     (`step["extras"]["turn_rewards"]`); a plain verifiers rubric leaves none, and the turns have reward None."""
@@ -101,6 +112,7 @@ def from_state(state: Mapping[str, Any]) -> Rollout:
             tool_result=bool(extras.get("tool_result", False)),
             state_key=extras.get("state_key"),
             tokens=_turn_tokens(step),
+            weight_versions=_weight_versions(step),
         ))
     error = state.get("error")
     return Rollout(

@@ -88,7 +88,8 @@ async def greedy(server, max_tokens: int, ignore_eos: bool = False):
             extra_body={"return_token_ids": True, "ignore_eos": ignore_eos},
         )
     choice = response.choices[0]
-    return response.prompt_token_ids, choice.token_ids, [t.logprob for t in choice.logprobs.content]
+    versions = (response.weight_version, response.weight_version_end)  # rlvr.serve.versions' tags
+    return response.prompt_token_ids, choice.token_ids, [t.logprob for t in choice.logprobs.content], versions
 
 
 def original_state(tiny_model) -> dict[str, torch.Tensor]:
@@ -116,7 +117,7 @@ def test_admin_token_opens_admin_endpoints_and_inference_needs_none(sync_server)
         httpx.post(sync_server.url + "/reset_prefix_cache", headers={ADMIN_HEADER: TOKEN}).status_code == 200
     )
     assert httpx.get(sync_server.url + "/health").status_code == 200
-    _, completion, _ = asyncio.run(greedy(sync_server, max_tokens=2))
+    _, completion, _, _ = asyncio.run(greedy(sync_server, max_tokens=2))
     assert len(completion) > 0
 
 
@@ -139,7 +140,7 @@ def test_update_matches_a_transformers_forward_of_the_new_weights(
     # Back to the original weights first (an earlier test may have changed them); the server then agrees with
     # them (the same check, as a control).
     assert client.update_weights(original_state(tiny_model))["transport"] == used
-    prompt_ids, before_ids, before_lp = asyncio.run(greedy(sync_server, max_tokens=12, ignore_eos=True))
+    prompt_ids, before_ids, before_lp, _ = asyncio.run(greedy(sync_server, max_tokens=12, ignore_eos=True))
     original = model_logprobs(original_state(tiny_model), tiny_model, prompt_ids, before_ids)
     assert max(abs(a - b) for a, b in zip(before_lp, original, strict=True)) < LOGPROB_TOLERANCE
 
@@ -147,7 +148,7 @@ def test_update_matches_a_transformers_forward_of_the_new_weights(
     assert answer["status"] == "ok" and answer["num_tensors"] == len(perturbed_state)
     assert answer["transport"] == used
 
-    prompt_after, after_ids, after_lp = asyncio.run(greedy(sync_server, max_tokens=12, ignore_eos=True))
+    prompt_after, after_ids, after_lp, _ = asyncio.run(greedy(sync_server, max_tokens=12, ignore_eos=True))
     assert prompt_after == prompt_ids
     expected = model_logprobs(perturbed_state, tiny_model, prompt_ids, after_ids)
     max_diff = max(abs(a - b) for a, b in zip(after_lp, expected, strict=True))
@@ -227,16 +228,23 @@ def test_a_request_in_flight_during_an_update_sees_one_set_of_weights(
     long = 256
 
     async def overlap():
-        client.update_weights(states["a"])
+        version_a = client.update_weights(states["a"])["weight_version"]
         ref_a = await greedy(sync_server, max_tokens=long, ignore_eos=True)
         in_flight = asyncio.create_task(greedy(sync_server, max_tokens=long, ignore_eos=True))
         await asyncio.sleep(0.3)  # the request is being generated when the update arrives
-        await asyncio.to_thread(client.update_weights, states["b"])
+        version_b = (await asyncio.to_thread(client.update_weights, states["b"]))["weight_version"]
         overlapped = await in_flight
         ref_b = await greedy(sync_server, max_tokens=long, ignore_eos=True)
-        return ref_a, overlapped, ref_b
+        return version_a, version_b, ref_a, overlapped, ref_b
 
-    ref_a, overlapped, ref_b = asyncio.run(overlap())
+    version_a, version_b, ref_a, overlapped, ref_b = asyncio.run(overlap())
+    # Version tags: each answer says which weights sampled it; an update during the request widens the tag to a
+    # range (the trainer then counts the older one), and an exact tag is never wrong.
+    assert version_b == version_a + 1
+    assert ref_a[3] == (version_a, version_a) and ref_b[3] == (version_b, version_b)
+    assert httpx.get(f"{sync_server.url}/rlvr/weight_version").json() == {"weight_version": version_b}
+    first, last = overlapped[3]
+    assert first == version_a and last in (version_a, version_b)
     assert ref_a[1] != ref_b[1], (
         "the two weight sets must generate differently for this test to mean anything"
     )

@@ -27,7 +27,7 @@ class ServerStandIn:
         self.syncs: list[dict[str, torch.Tensor]] = []
         self.transport = transport
 
-    def update_weights(self, named_tensors) -> None:
+    def update_weights(self, named_tensors, policy_version: int) -> None:
         if self.transport is not None:
             self.transport(named_tensors)
         else:
@@ -50,7 +50,10 @@ class FixedBatchTrainer(MTGRPOTrainer):
         self.server = ServerStandIn(self.transport)  # kept: the trainer drops its reference when training ends
         return self.server
 
-    def make_batch(self, batch_index: int) -> TrainBatch:
+    def generate_batch(self, batch_index: int) -> None:
+        return None  # nothing to generate: make_batch hands out the fixed samples
+
+    def make_batch(self, batch_index: int, generated: None) -> TrainBatch:
         micro = split_batch(self.samples, self.accelerator.num_processes, self.processing_class.pad_token_id,
                             max_samples=self.args.micro_batch_size, max_tokens=self.args.micro_batch_tokens)
         return TrainBatch(batch_index, micro, sum(sum(s.loss_mask) for s in self.samples))

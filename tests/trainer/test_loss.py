@@ -80,3 +80,49 @@ def test_on_policy_losses_agree(logp, adv):
     for loss_type in ("ppo_clip", "masked_is"):
         terms = policy_loss(t(logp), t(logp), t(adv), loss_type=loss_type)
         assert math.isclose(terms.loss.item(), -adv, abs_tol=1e-12)
+
+
+def test_decoupled_clip_hand_computed():
+    # AReaL Eq. 5: w = min(pi_prox / pi_behav, cap), u = pi_theta / pi_prox, loss = -w * min(u A, clip(u) A).
+    # token 1: pi_prox/pi_behav = 2, u = 1.5, A = +1: -2 * min(1.5, 1.2) = -2.4 (clipped)
+    # token 2: pi_prox/pi_behav = 8 -> capped at 5, u = 1, A = -1: -5 * -1 = 5
+    # token 3: pi_prox/pi_behav = 0.5, u = 0.5, A = -1: -0.5 * min(-0.5, -0.8) = 0.4 (clipped)
+    terms = policy_loss(t(LN(3.0), LN(8.0), LN(0.25)), t(0, 0, 0), t(1, -1, -1), loss_type="decoupled_clip",
+                        proximal_logprobs=t(LN(2.0), LN(8.0), LN(0.5)), behavior_weight_cap=5.0)
+    torch.testing.assert_close(terms.loss, t(-2.4, 5.0, 0.4))
+    torch.testing.assert_close(terms.ratio, t(1.5, 1.0, 0.5))
+    torch.testing.assert_close(terms.behavior_weight, t(2.0, 5.0, 0.5))
+    assert terms.weight_capped.tolist() == [[False, True, False]]
+    assert terms.is_clipped.tolist() == [[True, False, True]]
+
+
+def test_decoupled_clip_needs_the_proximal_logprobs():
+    import pytest
+
+    with pytest.raises(ValueError, match="proximal_logprobs"):
+        policy_loss(t(0.0), t(0.0), t(1.0), loss_type="decoupled_clip")
+
+
+@settings(max_examples=200, deadline=None)
+@given(finite, finite, finite, finite, st.floats(1, 10))
+def test_decoupled_clip_properties(logp, prox, behavior, adv, cap):
+    lp = torch.tensor([[logp]], dtype=torch.float64, requires_grad=True)
+    terms = policy_loss(lp, t(behavior), t(adv), loss_type="decoupled_clip", proximal_logprobs=t(prox),
+                        behavior_weight_cap=cap)
+    weight = min(math.exp(prox - behavior), cap)
+    assert math.isclose(terms.behavior_weight.item(), weight, rel_tol=1e-9)
+    # it is PPO-clip around the proximal policy, scaled by the (constant) behaviour weight
+    plain, _, _ = ppo_clip_loss(lp, t(prox), t(adv), 0.2, 0.2)
+    assert math.isclose(terms.loss.item(), weight * plain.item(), rel_tol=1e-9, abs_tol=1e-12)
+    terms.loss.sum().backward()
+    u = math.exp(logp - prox)
+    expected = 0.0 if terms.is_clipped.item() else -weight * u * adv
+    assert math.isclose(lp.grad.item(), expected, rel_tol=1e-9, abs_tol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(finite, finite)
+def test_decoupled_clip_on_policy_is_the_reinforce_surrogate(logp, adv):
+    # trainer = proximal = sampler (async_steps 0, the batch's first step): -A, as the other losses
+    terms = policy_loss(t(logp), t(logp), t(adv), loss_type="decoupled_clip", proximal_logprobs=t(logp))
+    assert math.isclose(terms.loss.item(), -adv, abs_tol=1e-12)

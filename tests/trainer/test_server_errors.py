@@ -40,7 +40,7 @@ def test_a_plain_rubric_trains_with_std_normalised_outcome_grpo(training_server,
     env = plain_env()
     trainer = MTGRPOTrainer("tiny-random", env, cfg, server_url=training_server.url)
     assert env.score_rollouts  # the trainer left the environment as it found it
-    trainer.make_batch(0)
+    trainer.make_batch(0, trainer.generate_batch(0))
     (line,) = [json.loads(x) for x in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     groups: dict[int, list] = {}
     for r in line["rollouts"]:

@@ -20,10 +20,11 @@ SMALL = dict(seed=0, batch_size=16, rollouts_per_example=8, micro_batch_size=8, 
              max_seq_len=256, temperature=1.0, report_to="none", logging_steps=1, progress=False)
 
 
-def config(run_dir: str, steps: int, save_steps: int = 1000, lora: bool = False, **overrides) -> MTGRPOConfig:
+def config(run_dir: str, steps: int, save_steps: int = 1000, lora: bool = False, config_class=MTGRPOConfig,
+           **overrides) -> MTGRPOConfig:
     settings = dict(SMALL, output_dir=run_dir, max_steps=steps, save_steps=save_steps,
                     learning_rate=2e-3 if lora else 1e-3, use_lora=lora, lora_rank=8)
-    return MTGRPOConfig(**{**settings, **overrides})
+    return config_class(**{**settings, **overrides})
 
 
 def ppo_config(run_dir: str, steps: int, save_steps: int = 1000, **overrides) -> PPOConfig:
@@ -42,12 +43,14 @@ def main() -> None:
     parser.add_argument("--save-steps", type=int, default=1000)
     parser.add_argument("--lora", action="store_true", help="mt_grpo only")
     parser.add_argument("--gae", default="multi_turn", help="ppo only")
+    parser.add_argument("--async-steps", type=int, default=0)
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     if args.algo == "ppo":
-        cfg = ppo_config(args.run_dir, args.steps, args.save_steps, gae=args.gae)
+        cfg = ppo_config(args.run_dir, args.steps, args.save_steps, gae=args.gae, async_steps=args.async_steps)
     else:
-        cfg = config(args.run_dir, args.steps, args.save_steps, args.lora, micro_batch_size=4)
+        cfg = config(args.run_dir, args.steps, args.save_steps, args.lora, micro_batch_size=4,
+                     async_steps=args.async_steps)
     run_training(load_environment(), "tiny-random", cfg, server_url=args.server, resume=args.resume)
 
 

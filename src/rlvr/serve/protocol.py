@@ -11,6 +11,13 @@ import json
 import socket
 from collections.abc import Iterable
 
+# Weight versions: every JSON answer of a generation route carries the server's weight version when the request
+# arrived and when its answer left (`rlvr.serve.versions`); GET WEIGHT_VERSION_PATH answers the current one.
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+WEIGHT_VERSION_FIELD = "weight_version"
+WEIGHT_VERSION_END_FIELD = "weight_version_end"
+WEIGHT_VERSION_PATH = "/rlvr/weight_version"
+
 # Admin token: required on the weight-changing routes when the server binds a non-loopback address.
 ADMIN_HEADER = "X-RLVR-Admin-Token"
 ADMIN_TOKEN_ENV = "RLVR_ADMIN_TOKEN"

@@ -6,6 +6,7 @@ The server is vLLM's own (same app, same routes, same engine); this module start
   works unchanged. ``GET /health`` is vLLM's own (200 while the engine is alive), as in verifiers' server.
 - `rlvr.serve.cpu_routes`: the CPU transport (a safetensors file of the state dict, sent or left on this machine).
 - `rlvr.serve.admin`: on a non-loopback bind, the weight-changing routes need the admin token.
+- `rlvr.serve.versions`: every generated answer says which weight version sampled it.
 
 Both kinds of update share one `WeightUpdateGate`: no request mixes old and new weights. Route paths and the
 other names a client needs live in `rlvr.serve.protocol`; the command-line options in `rlvr.serve.options`.
@@ -36,6 +37,7 @@ from rlvr.serve.options import (
     vllm_argv,
 )
 from rlvr.serve.protocol import is_loopback
+from rlvr.serve.versions import WeightVersionMiddleware, add_version_route
 
 logger = logging.getLogger("rlvr.serve")
 
@@ -71,13 +73,15 @@ async def run_server(args: argparse.Namespace, options: ServeOptions, *, on_cpu:
                 upload_dir=Path(upload_dir),
                 weights_roots=[*default_weights_roots(), *options.weights_dirs],
             )
+            add_version_route(app, gate)
+            # build_app has already built the middleware stack (the SageMaker bootstrap does), so
+            # app.add_middleware refuses; insert outermost and rebuild, as that bootstrap itself does
+            # (model_hosting_container_standards/common/fastapi/middleware/core.py).
+            app.user_middleware.insert(0, Middleware(WeightVersionMiddleware, gate=gate))
             if options.admin_token is not None and not (args.uds or is_loopback(args.host)):
-                # build_app has already built the middleware stack (the SageMaker bootstrap does), so
-                # app.add_middleware refuses; insert outermost and rebuild, as that bootstrap itself does
-                # (model_hosting_container_standards/common/fastapi/middleware/core.py).
                 app.user_middleware.insert(0, Middleware(AdminTokenMiddleware, token=options.admin_token))
-                app.middleware_stack = app.build_middleware_stack()
                 logger.info("admin token required for weight-changing endpoints (non-loopback bind)")
+            app.middleware_stack = app.build_middleware_stack()
             await init_app_state(engine, app.state, args, supported_tasks)
             uvicorn_kwargs = {}
             if (log_config := get_uvicorn_log_config(args)) is not None:

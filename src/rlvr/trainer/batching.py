@@ -29,6 +29,9 @@ class Sample:
     # (rollout index in the batch, sample index in the rollout) when the trainer logs this sample's per-token credit
     # (token_log.py); keyword-only so that subclasses may add positional fields
     log_key: tuple[int, int] | None = field(default=None, kw_only=True)
+    # the policy version that sampled token i (the oldest it may be: Turn.weight_versions); -1 where the token is
+    # not the policy's or the server did not tag it
+    versions: list[int] | None = field(default=None, kw_only=True)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -42,9 +45,10 @@ class RolloutSamples:
     reason: str | None = None  # why it was not packed
 
 
-def _sample(turns, advantages, first_turn: int = 0) -> Sample:
+def _sample(turns, advantages, versions: list[int], first_turn: int = 0) -> Sample:
     view = build_token_view(turns, advantages, first_turn)
-    return Sample(view.input_ids, view.loss_mask, view.logprobs, view.advantages, view.turn_index)
+    return Sample(view.input_ids, view.loss_mask, view.logprobs, view.advantages, view.turn_index,
+                  versions=[versions[k] if k >= 0 else -1 for k in view.turn_index])
 
 
 def rollout_samples(rollout: Rollout, pack: bool = True) -> RolloutSamples:
@@ -57,11 +61,13 @@ def rollout_samples(rollout: Rollout, pack: bool = True) -> RolloutSamples:
         return RolloutSamples([], packed=False, trajectory_tokens=0, reason="no turn has token ids")
     last = indexed[-1][1]
     trajectory_tokens = len(last.prompt_ids) + len(last.completion_ids)
+    versions = [t.weight_versions[0] if t.weight_versions is not None else -1 for t in rollout.turns]
     reason = prefix_mismatch(turns) if pack else "packing disabled"
     if reason is None:
-        sample = _sample(turns, rollout.advantages)
+        sample = _sample(turns, rollout.advantages, versions)
         return RolloutSamples([sample], packed=True, trajectory_tokens=len(sample))
-    samples = [_sample([t], [rollout.advantages[k]], first_turn=k) for k, t in indexed]  # one turn is consistent
+    # one turn is consistent
+    samples = [_sample([t], [rollout.advantages[k]], versions, first_turn=k) for k, t in indexed]
     return RolloutSamples(samples, packed=False, trajectory_tokens=trajectory_tokens, reason=reason)
 
 

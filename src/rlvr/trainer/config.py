@@ -18,7 +18,7 @@ from verifiers.rl.trainer import RLConfig
 
 from rlvr.credit import ESTIMATORS, estimator_parameters
 
-LOSS_TYPES = ("ppo_clip", "masked_is")
+LOSS_TYPES = ("ppo_clip", "masked_is", "decoupled_clip")
 WEIGHT_SYNC = ("auto", "nccl", "cpu")
 # Sampling settings the server applies to its logprobs (vLLM `processed_logprobs`) that the trainer's log-softmax at
 # the sampling temperature cannot reproduce: the PPO ratio would compare two different distributions.
@@ -43,15 +43,28 @@ def _cuda_available() -> bool:
 class OnPolicyConfig(RLConfig):
     trainer: ClassVar[str]  # "module:Class" of the recipe that trains with this configuration
     # --- loss ---
-    loss_type: Literal["ppo_clip", "masked_is"] = field(
+    loss_type: Literal["ppo_clip", "masked_is", "decoupled_clip"] = field(
         default="ppo_clip",
-        metadata={"help": "ppo_clip: PPO clipped surrogate (GRPO/DAPO); masked_is: verifiers' masked IS loss."},
+        metadata={"help": "ppo_clip: PPO clipped surrogate (GRPO/DAPO) against the sampler's logprobs; masked_is: "
+                  "verifiers' masked IS loss; decoupled_clip: AReaL's decoupled PPO (arXiv 2505.24298, Eq. 5), "
+                  "clipped against the policy at the start of the batch's training and weighted by that policy's "
+                  "ratio to the sampler's, truncated at behavior_weight_cap (for async_steps > 0)."},
+    )
+    behavior_weight_cap: float = field(
+        default=5.0,
+        metadata={"help": "decoupled_clip: the per-token weight pi_proximal / pi_behavior is truncated at this value."},
     )
     epsilon_low: float = field(default=0.2, metadata={"help": "PPO clip: ratio floor is 1 - epsilon_low."})
     epsilon_high: float = field(default=0.2, metadata={"help": "PPO clip: ratio ceiling is 1 + epsilon_high."})
     beta: float = field(default=0.0, metadata={"help": "KL penalty coefficient to the reference model (0 = off)."})
     num_iterations: int = field(
         default=1, metadata={"help": "Optimizer steps per generated batch (the MT-GRPO paper uses 2)."}
+    )
+    async_steps: int = field(
+        default=0,
+        metadata={"help": "Batches generated ahead while the trainer trains (rlvr.trainer.producer): no token is "
+                  "trained on more than async_steps policy versions after the weights that sampled it. 0: "
+                  "generate, then train, in turn (on-policy)."},
     )
 
     # --- rollouts ---
@@ -148,6 +161,11 @@ class OnPolicyConfig(RLConfig):
         if self.num_logged_token_groups < 0:
             raise ConfigError(f"num_logged_token_groups={self.num_logged_token_groups} must be >= 0 (0: no "
                               "token_credit.jsonl)")
+        if self.async_steps < 0:
+            raise ConfigError(f"async_steps={self.async_steps} must be >= 0 (0: synchronous generation)")
+        if self.behavior_weight_cap < 1:
+            raise ConfigError(f"behavior_weight_cap={self.behavior_weight_cap} must be >= 1: a cap below 1 would "
+                              "down-weight even on-policy tokens")
         if self.num_iterations < 1:
             raise ConfigError(f"num_iterations={self.num_iterations} must be >= 1")
         if self.rollouts_per_example < 2:

@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 
 from rlvr.io import append_jsonl, atomic_write_text
 from rlvr.rollouts import Rollout, rollout_statistics, turn_name
-from rlvr.trainer.batching import RolloutSamples
+from rlvr.trainer.batching import RolloutSamples, Sample
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -48,6 +48,35 @@ def batch_metrics(rollouts: Sequence[Rollout], samples: Sequence[RolloutSamples]
         len(t.tokens.completion_ids) for r in rollouts for t in r.turns if t.tokens is not None
     ))
     return metrics
+
+
+class StalenessError(RuntimeError):
+    """A batch holds tokens sampled more policy versions ago than async_steps allows (a scheduling bug)."""
+
+
+def staleness_metrics(rollouts: Sequence[Rollout], samples: Sequence[Sample], *, version: int,
+                      bound: int) -> dict[str, float]:
+    """How far behind the training policy (version `version`) the weights that sampled the batch are, in policy
+    versions (weight syncs), over the trained tokens of `samples`: mean and max, and the fraction of tokens from an
+    older version. Per rollout: the fraction whose turns come from more than one version (they span a weight update
+    and keep each turn's sampler logprobs), and the fraction of turns the server could only bound (an update started
+    while the turn was generated: counted at the older version). Raises StalenessError beyond `bound`."""
+    behind = [version - v for s in samples for m, v in zip(s.loss_mask, s.versions or [], strict=False)
+              if m and v >= 0]
+    if behind and max(behind) > bound:
+        raise StalenessError(f"a token sampled {max(behind)} policy versions before version {version} reached the "
+                             f"trainer, more than async_steps={bound}")
+    turns = [t for r in rollouts for t in r.turns]
+    tagged = [t.weight_versions for t in turns if t.weight_versions is not None]
+    mixed = [len({t.weight_versions[0] for t in r.turns if t.weight_versions is not None}) > 1 for r in rollouts]
+    return {
+        "async/staleness_mean": _mean([float(b) for b in behind]),
+        "async/staleness_max": float(max(behind, default=0)),
+        "async/stale_token_fraction": _mean([float(b > 0) for b in behind]),
+        "async/mixed_version_rollout_fraction": _mean([float(m) for m in mixed]),
+        "async/bounded_turn_fraction": _mean([float(first != last) for first, last in tagged]),
+        "async/untagged_turn_fraction": 1.0 - len(tagged) / len(turns) if turns else 0.0,
+    }
 
 
 def truncate_jsonl(path: Path, max_step: int, inclusive: bool = True) -> None:

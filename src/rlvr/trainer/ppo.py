@@ -44,6 +44,7 @@ from rlvr.trainer.config import ConfigError, OnPolicyConfig
 from rlvr.trainer.critic import Critic, ValueSample, explained_variance, lora_config, padded
 from rlvr.trainer.on_policy import OnPolicyTrainer, TrainBatch
 from rlvr.trainer.policy import frozen_reference, reference_logprobs
+from rlvr.trainer.rollout_client import GeneratedBatch
 
 CRITIC_DIR = "critic"
 
@@ -210,7 +211,8 @@ class PPOTrainer(OnPolicyTrainer):
         per_rollout = [
             dataclasses.replace(layout, samples=[
                 ValueSample(s.input_ids, s.loss_mask, s.behavior_logprobs, a, s.turn_index, returns=ret,
-                            old_values=v, value_mask=value_mask(s.turn_index, args.value_loss_on_env_tokens))
+                            old_values=v, value_mask=value_mask(s.turn_index, args.value_loss_on_env_tokens),
+                            versions=s.versions)
                 for s, a, ret, v in zip(t.samples, t.per_sample(adv), t.per_sample(e.returns), t.per_sample(t.values),
                                         strict=True)
             ])
@@ -262,8 +264,8 @@ class PPOTrainer(OnPolicyTrainer):
         """The values GAE used (the batch's old values; split_batch's filler has none)."""
         return sample.old_values if isinstance(sample, ValueSample) else None
 
-    def make_batch(self, batch_index: int) -> TrainBatch:
-        batch = super().make_batch(batch_index)
+    def make_batch(self, batch_index: int, generated: GeneratedBatch) -> TrainBatch:
+        batch = super().make_batch(batch_index, generated)
         return dataclasses.replace(batch, metrics={**batch.metrics, **self._credit_metrics})
 
     # ---------------------------------------------------------------- one optimizer step

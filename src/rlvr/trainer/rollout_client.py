@@ -13,6 +13,7 @@ None: the same seed, batch and weights give the same completions whatever order 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from openai import AsyncOpenAI
 
 from rlvr.rollouts import Rollout, from_state
 from rlvr.seeding import number_rollouts, seeded_rollouts
+from rlvr.serve.protocol import WEIGHT_VERSION_FIELD, WEIGHT_VERSION_PATH
 
 
 class ServerError(RuntimeError):
@@ -121,6 +123,29 @@ def send_over_nccl(client, named_tensors: Iterable[tuple[str, torch.Tensor]], po
         time.sleep(poll_s)
 
 
+def served_weight_version(url: str, timeout: float = 30.0) -> int | None:
+    """The server's current weight version (`rlvr serve`'s GET /rlvr/weight_version); None from a server without it
+    (another vLLM server: its answers carry no version tags either)."""
+    try:
+        response = httpx.get(f"{url}{WEIGHT_VERSION_PATH}", timeout=timeout)
+    except httpx.HTTPError:
+        return None
+    return int(response.json()[WEIGHT_VERSION_FIELD]) if response.status_code == 200 else None
+
+
+def renumber_versions(rollout: Rollout, policy_versions: Mapping[int, int]) -> Rollout:
+    """The rollout with each turn's server weight versions replaced by the trainer's policy versions; a version the
+    trainer did not send (the server's weights before the first sync) becomes None, as an untagged turn."""
+    turns = []
+    for turn in rollout.turns:
+        versions = turn.weight_versions
+        if versions is not None:
+            mapped = tuple(policy_versions.get(v) for v in versions)
+            versions = None if None in mapped else mapped
+        turns.append(dataclasses.replace(turn, weight_versions=versions))
+    return dataclasses.replace(rollout, turns=tuple(turns))
+
+
 @dataclass(frozen=True)
 class GeneratedBatch:
     rollouts: list[Rollout]
@@ -139,6 +164,9 @@ class RolloutClient:
         self.sampling_args = dict(sampling_args)
         self.max_concurrent = max_concurrent
         self.sampling_seed = sampling_seed  # None: the server's unseeded sampling
+        # the server's weight version -> the trainer's policy version, filled by update_weights (written on the
+        # trainer's thread while a producer thread may read it: generate copies it)
+        self.policy_versions: dict[int, int] = {}
         self._loop = asyncio.new_event_loop()
         self._openai = AsyncOpenAI(
             base_url=f"{self.url}/v1", api_key="EMPTY",
@@ -172,14 +200,20 @@ class RolloutClient:
         generation_s = time.perf_counter() - start
         states = outputs["state"]
         per_group = {s["example_id"]: s["timing"].get("scoring_ms", 0.0) for s in states}
-        return GeneratedBatch([from_state(s) for s in states], generation_s, sum(per_group.values()) / 1000)
+        rollouts = [renumber_versions(from_state(s), dict(self.policy_versions)) for s in states]
+        return GeneratedBatch(rollouts, generation_s, sum(per_group.values()) / 1000)
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load the weights into the server; returns once it generates with them."""
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int) -> None:
+        """Load the weights into the server; returns once it generates with them. `policy_version` is the trainer's
+        number for these weights: the server's own version tag is mapped to it (`policy_versions`)."""
         if self.cpu_sync is not None:
-            self.cpu_sync.update_weights(dict(named_tensors))  # written out before the call returns: no copies
+            # written out before the call returns: no copies
+            server_version = self.cpu_sync.update_weights(dict(named_tensors)).get(WEIGHT_VERSION_FIELD)
         else:
             send_over_nccl(self.nccl, named_tensors)
+            server_version = served_weight_version(self.url)
+        if server_version is not None:
+            self.policy_versions[int(server_version)] = policy_version
 
     def close(self) -> None:
         self._loop.run_until_complete(self._openai.close())
