@@ -9,7 +9,7 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_M
 LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet
 
-.PHONY: setup test test-fast fuzz demo bench lint lock lock-check clean
+.PHONY: setup test test-fast gpu-check gpu-bundle fuzz demo bench lint lock lock-check clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,26 @@ test: setup lock-check
 
 test-fast: setup
 	$(OFFLINE) $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+# The GPU checks (tests/gpu, marker gpu: bf16, chunked logprobs and the loss against CPU, master weights, DeepSpeed)
+# on a GPU machine's own Python, torch, transformers, peft and accelerate: no .venv, no uv, no registry, no vLLM.
+# rlvr goes in editable without dependencies (--ignore-requires-python: such images have 3.12). What an image lacks
+# (DeepSpeed and its needs, the build backend, the prepared tiny-random) comes from $(GPU_BUNDLE), which
+# `make gpu-bundle` gathers where a registry is reachable: carry it to the GPU machine.
+GPU_PYTHON ?= python3
+GPU_BUNDLE ?= build/gpu-check
+GPU_SITE := $(abspath $(GPU_BUNDLE))/site
+GPU_ENV := PYTHONPATH=$(GPU_SITE) $(if $(wildcard $(GPU_BUNDLE)/rlvr-home),RLVR_HOME=$(abspath $(GPU_BUNDLE))/rlvr-home)
+
+gpu-bundle: setup
+	GPU_BUNDLE=$(GPU_BUNDLE) bash tests/gpu/bundle.sh
+
+gpu-check:
+	if [ -d $(GPU_BUNDLE)/wheels ]; then $(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --upgrade \
+		--target $(GPU_SITE) $(GPU_BUNDLE)/wheels/*.whl; fi
+	$(GPU_ENV) $(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-build-isolation --ignore-requires-python -e .
+	$(GPU_ENV) $(OFFLINE) $(GPU_PYTHON) -m pytest -m gpu tests/gpu -v -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 # The long fuzz profile: thousands of adversarial rollouts through every environment (rlvr.testing), summarised.
