@@ -121,7 +121,24 @@ def vf_eval():
 SERVER_FIXTURES = frozenset({"tiny_server", "smol_server", "training_server"})
 
 
+# The GPU checks (tests/gpu, marker `gpu`) run where torch sees a CUDA device (`make gpu-check`); elsewhere they are
+# skipped, saying so. RLVR_GPU_CHECK_DEVICE=cpu runs them on CPU: a dry run of their logic (tests/gpu/conftest.py).
+GPU_SKIP_REASON = "needs a CUDA device (make gpu-check on a GPU machine)"
+
+
+def skip_gpu_tests_without_cuda(items) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items or os.environ.get("RLVR_GPU_CHECK_DEVICE") == "cpu":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
+
+
 def pytest_collection_modifyitems(config, items):
+    skip_gpu_tests_without_cuda(items)
     unmarked = [item for item in items
                 if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None]
     for item in unmarked:  # still kept out of the fast profile, and named so that the module gets its mark
