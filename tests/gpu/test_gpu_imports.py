@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-GPU_CHECK_MODULES = ["rlvr.models", "rlvr.trainer.policy", "rlvr.trainer.loss"]
+GPU_CHECK_MODULES = ["rlvr.models", "rlvr.trainer.policy", "rlvr.trainer.loss", "rlvr.trainer.producer"]
 ABSENT_ON_GPU_MACHINES = ["verifiers", "vllm", "liger_kernel", "wandb", "openai", "datasets", "deepspeed"]
 
 
