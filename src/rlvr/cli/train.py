@@ -140,6 +140,7 @@ def resolve_plan(config: Path | None, env: str | None, model: str | None, algo: 
 def run_plan(plan: TrainPlan) -> None:
     from rlvr import models
     from rlvr.trainer import ConfigError, ResumeError, ServerError, build_config, run_training
+    from rlvr.trainer.checkpoint import CheckpointWriteError
 
     try:
         models.resolve(plan.model)
@@ -157,7 +158,7 @@ def run_plan(plan: TrainPlan) -> None:
     try:
         run_training(vf_env, plan.model, cfg, server_url=plan.server, run_dir=plan.run_dir,
                      env_args=plan.env_args, resume=plan.resume)
-    except (ConfigError, ServerError, ResumeError) as err:
+    except (ConfigError, ServerError, ResumeError, CheckpointWriteError) as err:
         raise fail(str(err)) from err
 
 

@@ -1,6 +1,11 @@
 """Checkpoints that survive a crash and resume exactly: the data position saved beside transformers' own state,
 checked on resume, and published by an atomic rename.
 
+A checkpoint is written into `.staging-checkpoint-N/` and renamed into place only when complete, so a run killed
+while writing (SIGKILL, a second SIGTERM) leaves the previous checkpoint the newest one; a disk that fills up while
+writing stops the run with `CheckpointWriteError` (the staging directory removed, the newest complete checkpoint
+named).
+
 transformers writes the model (or adapter), optimizer, scheduler, RNG states and trainer state; rlvr adds
 `rlvr_state.json`: which batch comes next and which settings shape the data stream. A resume with a different seed,
 batch shape, `num_iterations` or dataset would silently train on other data, so it is refused.
@@ -8,9 +13,13 @@ batch shape, `num_iterations` or dataset would silently train on other data, so 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import re
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -24,6 +33,44 @@ DATA_STREAM = ("seed", "batch_size", "rollouts_per_example", "num_iterations", "
 
 class ResumeError(ValueError):
     """A checkpoint that cannot be resumed by this run, with what differs."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written for lack of space; the message says which one survives and what to do."""
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+FULL_BELOW_BYTES = 1 << 20  # what a failed write leaves free on a full disk: less than its last buffer
+CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+
+
+def newest_checkpoint(run_dir: Path) -> Path | None:
+    """The published checkpoint with the highest step (what `--resume` takes; staging directories are not)."""
+    found = [(int(m.group(1)), p) for p in Path(run_dir).glob("checkpoint-*")
+             if (m := CHECKPOINT.fullmatch(p.name)) and p.is_dir()]  # fmt: skip
+    return max(found)[1] if found else None
+
+
+@contextlib.contextmanager
+def disk_full_stops(run_dir: Path, staging: Path, name: str) -> Iterator[None]:
+    """Around writing checkpoint `name` into `staging`: when the disk is full, the partial copy is removed (it would
+    hold the space the next try needs) and CheckpointWriteError names the checkpoint that survives. A full disk is
+    ENOSPC / EDQUOT, or any failure while less than FULL_BELOW_BYTES are free: torch.save reports a short write as
+    a RuntimeError ("unexpected pos ...") without the OS error."""
+    try:
+        yield
+    except Exception as err:
+        full = isinstance(err, OSError) and err.errno in FULL
+        if not (full or shutil.disk_usage(staging if staging.exists() else run_dir).free < FULL_BELOW_BYTES):
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        kept = newest_checkpoint(run_dir)
+        survivor = f"{kept.name}, the newest complete checkpoint, is intact" if kept else "no checkpoint was written yet"
+        detail = f"{os.strerror(errno.ENOSPC)}: {err.filename if full and err.filename else repr(err)[:200]}"
+        raise CheckpointWriteError(
+            f"the disk is full: {name} could not be written in {run_dir} ({detail}); {survivor}. Free space there, "
+            "then continue the run with --resume"
+        ) from err
 
 
 @dataclass(frozen=True)
@@ -77,10 +124,16 @@ def check_resume(saved: RunState, current: RunState) -> None:
 
 
 def publish(staged: Path, final: Path) -> None:
-    """Move a fully written directory into place and make the rename durable; an older `final` is replaced."""
+    """Move a fully written directory into place and make the rename durable. An older `final` is first renamed
+    aside (one atomic step), so that a run killed meanwhile never shows a half-deleted `final` under its name."""
     if final.exists():
-        shutil.rmtree(final)
-    os.replace(staged, final)
+        old = final.with_name(f".staging-old-{final.name}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(staged, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(staged, final)
     dir_fd = os.open(final.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

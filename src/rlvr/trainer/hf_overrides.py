@@ -3,7 +3,7 @@ transformers has one file to check. The recipes override only public hooks.
 
 - `_get_output_dir` / `_save_checkpoint`: checkpoints are written into a staging directory and renamed into place
   (a run killed mid-save keeps the previous checkpoint; `get_last_checkpoint` never sees a half-written one), with
-  rlvr's data position (`rlvr_state.json`) inside.
+  rlvr's data position (`rlvr_state.json`) inside; a full disk stops the run with `CheckpointWriteError`.
 - `log`: the recipe's buffered step metrics are averaged into transformers' log record (RLTrainer.log without its
   console dump), with seconds per step.
 - `_load_from_checkpoint`: after transformers restores the model, the recipe's `load_extra_state` restores what
@@ -22,7 +22,7 @@ from pathlib import Path
 from transformers import Trainer
 from transformers.trainer_utils import rotate_checkpoints
 
-from rlvr.trainer.checkpoint import RunState, publish, write_run_state
+from rlvr.trainer.checkpoint import RunState, disk_full_stops, publish, write_run_state
 
 
 class TransformersOverrides:
@@ -64,14 +64,16 @@ class TransformersOverrides:
         self.accelerator.wait_for_everyone()
         self._staging_dir = str(staging)
         try:
-            super()._save_checkpoint(model, trial)
-            self.save_extra_state(staging / name)
+            with disk_full_stops(run_dir, staging, name):
+                super()._save_checkpoint(model, trial)
+                self.save_extra_state(staging / name)
         finally:
             self._staging_dir = None
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
-            write_run_state(staging / name, self.run_state())
-            publish(staging / name, run_dir / name)
+            with disk_full_stops(run_dir, staging, name):
+                write_run_state(staging / name, self.run_state())
+                publish(staging / name, run_dir / name)
             shutil.rmtree(staging, ignore_errors=True)
             rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
