@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 from cli_helpers import ok, read_jsonl, rlvr
 
-from rlvr.serve import launch
-
 pytestmark = pytest.mark.slow
 PACKAGE = Path(__file__).resolve().parent / "third_party" / "vf_plain_qa"
 
@@ -49,20 +47,16 @@ def installed(tmp_path_factory):
     uv("pip", "uninstall", "vf-plain-qa")
 
 
-@pytest.fixture(scope="module")
-def own_server(tiny_model):
-    with launch(model="tiny-random", extra_args=["--dtype", "float32", "--kv-cache-gb", "0.5"]) as server:
-        yield server
-
-
 SETTINGS = ["--set", "max_steps=1", "--set", "batch_size=8", "--set", "rollouts_per_example=4",
             "--set", "micro_batch_size=4", "--set", "max_tokens_per_turn=4", "--set", "use_lora=false",
             "--set", "report_to=none", "--set", "progress=false", "--set", "save_steps=1"]
 
 
-def test_plain_environment_trains_with_grpo_and_evaluates(installed, own_server, tmp_path):
+def test_plain_environment_trains_with_grpo_and_evaluates(installed, training_server, tmp_path):
+    """On the session's training server (a run pushes its weights before its first batch; the evaluation then
+    reads the trained ones)."""
     run_dir = tmp_path / "run"
-    ok("train", "--env", "vf-plain-qa", "--model", "tiny-random", "--algo", "grpo", "--server", own_server.url,
+    ok("train", "--env", "vf-plain-qa", "--model", "tiny-random", "--algo", "grpo", "--server", training_server.url,
        "--run-dir", run_dir, "--env-args", '{"num_examples": 8}', *SETTINGS)
     (step,) = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
     assert step["batch/samples"] == 8 and "correct" in step and 0.0 <= step["reward"] <= 1.0
@@ -71,7 +65,7 @@ def test_plain_environment_trains_with_grpo_and_evaluates(installed, own_server,
     assert (run_dir / "final" / "model.safetensors").is_file()
 
     out = tmp_path / "eval"
-    ok("evaluate", "--env", "vf-plain-qa", "--endpoint", own_server.url, "-n", "2", "-r", "2",
+    ok("evaluate", "--env", "vf-plain-qa", "--endpoint", training_server.url, "-n", "2", "-r", "2",
        "--max-tokens", "4", "--out", out)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["reward"]["n"] == 4 and "correct" in summary

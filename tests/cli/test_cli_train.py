@@ -1,5 +1,5 @@
-"""`rlvr train` for 2 steps with tiny-random, from a --config TOML with --set and --env-args overrides, against a
-rollout server of this module's own (training changes its weights; the session servers keep theirs), then
+"""`rlvr train` for 2 steps with tiny-random, from a --config TOML with --set and --env-args overrides, against the
+session's `training_server` (which training runs share: each pushes its weights before its first batch), then
 `rlvr analyze` on the run directory."""
 
 from __future__ import annotations
@@ -8,8 +8,6 @@ import json
 
 import pytest
 from cli_helpers import assert_png, ok, read_jsonl
-
-from rlvr.serve import launch
 
 pytestmark = pytest.mark.slow
 
@@ -42,15 +40,14 @@ seed = 0
 
 
 @pytest.fixture(scope="module")
-def training_run(tiny_model, tmp_path_factory):
+def training_run(training_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
     config = root / "tiny.toml"
     config.write_text(CONFIG)
     run_dir = root / "run"
-    with launch(model="tiny-random", extra_args=["--kv-cache-gb", "0.5"]) as server:
-        result = ok("train", "--config", config, "--set", "max_steps=2", "--set", "temperature=0.9",
-                    "--set", "credit.norm=none",
-                    "--env-args", '{"max_turns": 2}', "--server", server.url, "--run-dir", run_dir)
+    result = ok("train", "--config", config, "--set", "max_steps=2", "--set", "temperature=0.9",
+                "--set", "credit.norm=none",
+                "--env-args", '{"max_turns": 2}', "--server", training_server.url, "--run-dir", run_dir)
     return run_dir, result
 
 
