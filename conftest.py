@@ -70,6 +70,21 @@ def training_server(tiny_model):
 
 
 @pytest.fixture(scope="session")
+def mt_grpo_run(training_server, tmp_path_factory) -> Path:
+    """One real run for the tests that read a run directory (the token log's, rlvr view's; read only): the trainer
+    tests' script (tests/trainer/train_script.py), 2 MT-GRPO steps of tiny-random on `training_server`."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path_factory.mktemp("mt_grpo") / "run"
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "trainer" / "train_script.py"), "--server",
+                             training_server.url, "--run-dir", str(run_dir), "--algo", "mt_grpo", "--steps", "2"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+@pytest.fixture(scope="session")
 def vf_install():
     """Run verifiers' own `vf-install ENV -p environments` (it runs `uv pip install -e`; uv is in this venv)."""
     import subprocess

@@ -328,10 +328,18 @@ def test_no_groups_no_file(tmp_path, tiny_model):
 
 # ------------------------------------------------------------------ real runs against `rlvr serve`
 @pytest.mark.slow
-@pytest.mark.parametrize("make_config, algo", [(config, "mt_grpo"), (ppo_config, "ppo")])
-def test_a_real_run_logs_token_credit(training_server, tmp_path, make_config, algo):
-    cfg = make_config(str(tmp_path), 2, num_logged_token_groups=2)
+def test_a_real_mt_grpo_run_logs_token_credit(mt_grpo_run):
+    """conftest's shared run (train_script.py: 2 steps, num_logged_token_groups at its default, 2); rlvr view's
+    real-run test opens the same directory."""
+    check_lines(read_jsonl(mt_grpo_run / token_log.FILE), batches=2, groups=2, rollouts_per_example=8, algo="mt_grpo",
+                tolerance=ON_POLICY)
+    check_other_logs(mt_grpo_run, batches=2)
+
+
+@pytest.mark.slow
+def test_a_real_ppo_run_logs_token_credit(training_server, tmp_path):
+    cfg = ppo_config(str(tmp_path), 2, num_logged_token_groups=2)
     run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
-    check_lines(read_jsonl(tmp_path / token_log.FILE), batches=2, groups=2, rollouts_per_example=8, algo=algo,
+    check_lines(read_jsonl(tmp_path / token_log.FILE), batches=2, groups=2, rollouts_per_example=8, algo="ppo",
                 tolerance=ON_POLICY)
     check_other_logs(tmp_path, batches=2)

@@ -1,43 +1,25 @@
-"""rlvr view on a real run: tiny-random trained for 2 MT-GRPO steps against its own `rlvr serve` (the trainer
-tests' script), then opened in Chromium: the run, a token-logged rollout (colours and hover values against the
-trainer's token_credit.jsonl), its group, and the export from file://."""
+"""rlvr view on a real run: tiny-random trained for 2 MT-GRPO steps against the session's `training_server` (the
+trainer tests' script; conftest's `mt_grpo_run`, which the token log's test reads too), then opened in Chromium: the
+run, a token-logged rollout (colours and hover values against the trainer's token_credit.jsonl), its group, and the
+export from file://."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
 
 from conftest import LiveServer, check_rollout_tokens, no_script_ran, wait_for
-from rlvr.serve import launch
 from rlvr.view.export import export_html
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
-TRAIN_SCRIPT = REPO / "tests" / "trainer" / "train_script.py"
 
 
-@pytest.fixture(scope="session")
-def real_run(tiny_model, tmp_path_factory) -> Path:
-    """Its own fp32 server: training changes the served weights, which the shared session servers must keep."""
-    run_dir = tmp_path_factory.mktemp("view") / "mt_grpo"
-    with launch(model="tiny-random", extra_args=["--dtype", "float32"]) as server:
-        result = subprocess.run([sys.executable, str(TRAIN_SCRIPT), "--server", server.url, "--run-dir",
-                                 str(run_dir), "--algo", "mt_grpo", "--steps", "2"], cwd=REPO,
-                                capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (run_dir / "token_credit.jsonl").is_file(), sorted(p.name for p in run_dir.iterdir())
-    return run_dir
-
-
-def test_a_real_run_in_chromium(browser, real_run, tmp_path):
-    records = [json.loads(line) for line in (real_run / "token_credit.jsonl").read_text().splitlines()]
+def test_a_real_run_in_chromium(browser, mt_grpo_run, tmp_path):
+    records = [json.loads(line) for line in (mt_grpo_run / "token_credit.jsonl").read_text().splitlines()]
     assert records and all(r["format"] == "rlvr.token_credit/1" for r in records)
-    with LiveServer(real_run) as server:
+    with LiveServer(mt_grpo_run) as server:
         browser.get(server.url + "/")
         wait_for(browser, ".chart .main-svg")
         assert f"{len(records)} logged rollouts" in browser.find_element(By.TAG_NAME, "main").text
@@ -57,7 +39,7 @@ def test_a_real_run_in_chromium(browser, real_run, tmp_path):
         same_group = [r for r in records if (r["step"], r["batch_index"], r["group"]) ==
                       (records[pick]["step"], records[pick]["batch_index"], records[pick]["group"])]
         assert len(members) == len(same_group)
-    out, kept, total = export_html(real_run, tmp_path / "run.html")
+    out, kept, total = export_html(mt_grpo_run, tmp_path / "run.html")
     assert kept == total == len(records)
     browser.get(out.as_uri() + f"#rollout-{pick}")
     wait_for(browser, f"#rollout-{pick} .messages .tok")
