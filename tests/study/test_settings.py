@@ -218,3 +218,13 @@ def test_replicates_grow_a_study_and_run_after_every_cell(tmp_path):
     assert cells == [("grpo", 0, 0), ("mt_grpo", 0, 0), ("grpo", 1, 0), ("mt_grpo", 1, 0),
                      ("grpo", 0, 1), ("mt_grpo", 0, 1), ("mt_grpo", 1, 1)]
     assert layout.finished_replicates() == [("grpo", 1, 1)] and layout.finished_cells() == []
+
+
+def test_async_steps_is_an_option_a_study_varies_under_one_budget(tmp_path):
+    """async_steps changes when rollouts are generated, not how many: cells that differ in it share the budget."""
+    s = settings(algos=["mt_grpo", "mt_grpo_ahead"], variants={"mt_grpo_ahead": "mt_grpo"},
+                 algo_options={"mt_grpo_ahead": {"async_steps": 2, "loss_type": "decoupled_clip"}})
+    plain, ahead = (cell_config(s, a, 0, tmp_path / a) for a in ("mt_grpo", "mt_grpo_ahead"))
+    assert (plain.async_steps, ahead.async_steps) == (0, 2) and ahead.loss_type == "decoupled_clip"
+    assert "async_steps" not in s.budget()
+    assert (plain.max_steps, plain.batch_size) == (ahead.max_steps, ahead.batch_size)

@@ -73,10 +73,13 @@ def test_the_synchronous_schedule_through_the_producer_thread_trains_the_same(tr
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_one_batch_ahead_learns_with_tokens_at_most_one_version_stale(training_server, tmp_path, seed):
-    """The learning bound of test_training's synchronous run (assert_learned, same setting) at async_steps = 1."""
+    """The learning bound of test_training's synchronous run (assert_learned, same setting) at async_steps = 1, with
+    the decoupled objective. (PPO-clip against the sampler's logprobs does not pass it at this learning rate: one
+    step of lr 5e-2 moves the policy so far that the stale tokens' ratios leave the clip range and their gradient is
+    cut; seed 0 stayed at turn reward 0.5-0.66 for 20 steps.)"""
     steps = 20
     cfg = config(str(tmp_path), steps, learning_rate=5e-2, batch_size=32, async_steps=1, seed=seed,
-                 num_logged_token_groups=0)
+                 loss_type="decoupled_clip", num_logged_token_groups=0)
     run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
     records = step_records(tmp_path)
     assert [r["step"] for r in records] == list(range(1, steps + 1))
@@ -85,9 +88,10 @@ def test_one_batch_ahead_learns_with_tokens_at_most_one_version_stale(training_s
     assert records[0]["async/staleness_max"] == 0  # batch 0 waits for the first sync
     # batch b + 1 is generated while batch b trains: most of its tokens come from the previous version
     assert mean(r["async/stale_token_fraction"] for r in records[1:]) > 0.5
-    assert all(r["train/ratio_by_staleness/0"] == pytest.approx(1.0, abs=1e-3) for r in records
-               if "train/ratio_by_staleness/0" in r)
+    # the ratio is against the proximal policy (this batch's first forward): 1 at the only step of each batch
+    assert all(r["train/ratio"] == pytest.approx(1.0, abs=1e-6) for r in records)
     assert any("train/ratio_by_staleness/1" in r for r in records)
+    assert all(0 < r["train/behavior_weight"] <= cfg.behavior_weight_cap for r in records)
 
 
 def test_sigterm_with_batches_in_flight_resumes_every_batch_once(training_server, tmp_path):

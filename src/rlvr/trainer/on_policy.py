@@ -3,16 +3,18 @@
 One optimizer step, top to bottom (`training_step`; transformers' loop then clips, steps the optimizer and the
 scheduler, logs and checkpoints):
 
-    every num_iterations steps:  sync weights to the server (if they changed; also before step 0) -> generate a
-                                 batch of groups, each scored by the environment's rubric -> Rollout records ->
-                                 `assign_credit` (the recipe) -> training samples -> micro-batches
+    every num_iterations steps:  sync weights to the server (if they changed; also before step 0) -> take the
+                                 batch the `RolloutProducer` generated (groups scored by the environment's rubric,
+                                 as Rollout records; up to async_steps batches ahead) -> `assign_credit` (the
+                                 recipe) -> training samples -> micro-batches
     every step:                  per-token policy loss over the micro-batches (PPO clip or masked IS, + KL), the
                                  gradients accumulated over them with one accumulation boundary (the last one);
                                  a step whose loss or gradient norm is not finite changes no weight
 
 A recipe subclasses it and implements `assign_credit` (MT-GRPO: a group estimator; PPO: a critic and GAE).
-Generation is synchronous (on-policy): on a 2-core CPU, overlapping vLLM and training would only split the same
-cores, and on-policy batches make `num_iterations`' "old policy" the sampling policy exactly.
+With async_steps = 0 (the default) generation is synchronous and on-policy; with k > 0 batch b + 1 ... b + k are
+generated while batch b trains, and no token is trained more than k policy versions after the weights that sampled
+it (rlvr.trainer.producer; the trainer README, "Generation ahead of training").
 """
 
 from __future__ import annotations
@@ -270,7 +272,11 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
             self.producer = RolloutProducer(self.generate_batch, lookahead=args.async_steps, first=batch_index,
                                             last=last)
         self.producer.release(batch_index)
-        return self.make_batch(batch_index, self.producer.take(batch_index))
+        start = time.perf_counter()
+        generated = self.producer.take(batch_index)
+        # the trainer's idle time: the whole generation when synchronous, what is left of it when ahead
+        self._pending["timing/wait_for_batch_s"] = time.perf_counter() - start
+        return self.make_batch(batch_index, generated)
 
     def stop_producer(self) -> None:
         """Drop the batches generated ahead (a recovered or resumed run generates them again from their index)."""
@@ -523,10 +529,12 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
                                         summarize_values(terms.is_clipped[in_bucket].float()))
                 if iteration == 0:
                     # Sampler-vs-trainer mismatch on freshly synced weights (verifiers' "mismatch_kl", k3 form):
-                    # near 0 when the sync and both forward passes agree.
+                    # near 0 when the sync and both forward passes agree. Tokens sampled by older weights
+                    # (async_steps) differ by design: their ratios are in train/ratio_by_staleness.
                     log_r = logprobs - behavior
+                    current = loss_mask & (staleness <= 0)
                     update_stat_tracker(trackers["mismatch_kl"],
-                                        summarize_values((torch.exp(log_r) - log_r - 1)[loss_mask]))
+                                        summarize_values((torch.exp(log_r) - log_r - 1)[current]))
         stats = {f"train/{k}": finalize_stat_tracker(t, self.accelerator) for k, t in trackers.items()}
         return total_loss, forwarded, stats
 
