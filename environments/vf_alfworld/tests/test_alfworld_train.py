@@ -25,12 +25,13 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def train(server, tmp_path: Path, game_cache: str, steps: int, **env_args) -> None:
+def train(server, tmp_path: Path, game_cache: str, steps: int, rollouts: int = 4, **env_args) -> None:
+    """`steps` steps on 2 generated games, `rollouts` rollouts of each per batch."""
     env = load_environment(num_train_examples=2, num_eval_examples=0, max_turns=MAX_TURNS, cache_dir=game_cache,
                            **env_args)  # fmt: skip
     config = MTGRPOConfig(
         output_dir=str(tmp_path), max_steps=steps, save_steps=steps, seed=0,
-        batch_size=8, rollouts_per_example=4, micro_batch_size=2,
+        batch_size=2 * rollouts, rollouts_per_example=rollouts, micro_batch_size=2,
         # a first prompt is ~390 tokens (few-shot exchange included), each observation adds the command list
         max_tokens_per_turn=8, max_seq_len=2048, temperature=1.0, learning_rate=1e-3,
         report_to="none", logging_steps=1, progress=False,
@@ -65,8 +66,9 @@ def test_mt_grpo_two_steps_on_generated_games(training_server, game_cache, tmp_p
 
 def test_a_history_window_trains_each_turn_as_its_own_sample(training_server, game_cache, tmp_path):
     """history_turns=1: turn 3's prompt leaves turn 1 out, so it does not extend turn 2's prompt and completion token
-    by token; the trainer takes each turn as its own sample (batching.rollout_samples) and still trains."""
-    train(training_server, tmp_path, game_cache, steps=1, history_turns=1)
+    by token; the trainer takes each turn as its own sample (batching.rollout_samples) and still trains. 2 rollouts
+    of each game (a batch of 4): the window shows in each rollout, and a group of 2 still has advantages to compute."""
+    train(training_server, tmp_path, game_cache, steps=1, rollouts=2, history_turns=1)
     records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "loss" in r]
     assert len(records) == 1 and math.isfinite(records[0]["loss"]) and records[0]["errors"] == 0.0
     assert records[0]["batch/packed_fraction"] == 0.0
