@@ -130,21 +130,25 @@ def test_sigkill_mid_training_then_resume_takes_the_same_next_batch(training_ser
 
 @pytest.mark.slow
 def test_two_process_cpu_accelerate_launch(training_server, tmp_path):
+    """Two ranks, the main one generating one batch ahead (async_steps = 1) and broadcasting each batch."""
     command = [sys.executable, "-m", "accelerate.commands.launch",
                "--config_file", str(REPO / "src" / "rlvr" / "trainer" / "accelerate" / "cpu_ddp.yaml"),
-               str(SCRIPT), "--server", training_server.url, "--run-dir", str(tmp_path), "--steps", "2"]
+               str(SCRIPT), "--server", training_server.url, "--run-dir", str(tmp_path), "--steps", "2",
+               "--async-steps", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two ranks on two cores
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     records = step_records(tmp_path)
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["batch/samples"] >= 16 for r in records)
+    assert [r["async/staleness_max"] for r in records][0] == 0 and records[1]["async/staleness_max"] <= 1
     assert (tmp_path / "final" / "model.safetensors").is_file()
     # token_credit.jsonl (2 groups of 8 per batch): the trainer's logprobs of logged samples that the other rank
-    # trained are gathered to the main process
+    # trained are gathered to the main process; batch 0's tokens come from the weights being trained
     logged = read_jsonl(tmp_path / "token_credit.jsonl")
     assert len(logged) == 2 * 2 * 8
-    trained = [(s["logprob"][t], s["behavior_logprob"][t]) for r in logged for s in r["samples"]
+    trained = [(s["logprob"][t], s["behavior_logprob"][t]) for r in logged if r["batch_index"] == 0
+               for s in r["samples"]
                for t in range(len(s["trained"])) if s["trained"][t]]
     assert trained and all(lp is not None and abs(lp - blp) < SYNC_TOLERANCE for lp, blp in trained)
 
