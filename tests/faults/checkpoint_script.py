@@ -3,9 +3,9 @@ Trainer with `TransformersOverrides` (staged checkpoints published by rename, rl
 the `Preemption` callback, training tiny-random on fixed token rows. Run in a subprocess, to be signalled mid-write
 or given a full disk.
 
---stall-at N: once checkpoint-N's files are in its staging directory (before it is published), write RUN/writing-N
-and wait: until a signal was handled (--stall-until signal) or until the process is killed (--stall-until killed,
-at most 120 s). That is the test's moment to strike mid-write.
+--stall-at N:UNTIL (repeatable): once checkpoint-N's files are in its staging directory (before it is published),
+write RUN/writing-N and wait until UNTIL: `signal` (a signal was handled), `go` (the test wrote RUN/go-N) or
+`killed` (at most 120 s). That is the test's moment to strike mid-write.
 Each trained step appends its number and the first row of its batch to RUN/steps.jsonl.
 """
 
@@ -55,11 +55,10 @@ def trainer_class():
     from rlvr.trainer.hf_overrides import TransformersOverrides
 
     class CheckpointedTrainer(TransformersOverrides, Trainer):
-        def __init__(self, *args, stall_at: int | None, stall_until: str, preemption: Preemption, steps: StepLog,
-                     **kwargs):  # fmt: skip
+        def __init__(self, *args, stalls: dict[int, str], preemption: Preemption, steps: StepLog, **kwargs):
             super().__init__(*args, **kwargs)
             self._metrics = {"train": defaultdict(list)}
-            self.stall_at, self.stall_until, self.preemption, self.steps = stall_at, stall_until, preemption, steps
+            self.stalls, self.preemption, self.steps = stalls, preemption, steps
 
         def training_step(self, model, inputs, *args, **kwargs):
             self.steps.first_rows.append(int(inputs["input_ids"][0, 0]) // 10)
@@ -75,11 +74,14 @@ def trainer_class():
             pass
 
         def save_extra_state(self, checkpoint_dir: Path) -> None:
-            if self.state.global_step != self.stall_at:
+            step, run_dir = self.state.global_step, Path(self.args.output_dir)
+            until = self.stalls.get(step)
+            if until is None:
                 return
-            (Path(self.args.output_dir) / f"writing-{self.stall_at}").write_text(str(checkpoint_dir))
+            (run_dir / f"writing-{step}").write_text(str(checkpoint_dir))
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not (self.stall_until == "signal" and self.preemption.received):
+            while time.monotonic() < deadline and not (until == "signal" and self.preemption.received
+                                                       or until == "go" and (run_dir / f"go-{step}").exists()):
                 time.sleep(0.05)
 
     return CheckpointedTrainer
@@ -89,8 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--stall-at", type=int)
-    parser.add_argument("--stall-until", choices=("signal", "killed"), default="signal")
+    parser.add_argument("--stall-at", action="append", default=[], help="N:signal, N:go or N:killed")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     run_dir = Path(args.run_dir)
@@ -102,7 +103,8 @@ def main() -> None:
                                  use_cpu=True, disable_tqdm=True, save_only_model=False)  # fmt: skip
     steps = StepLog(run_dir)
     trainer = trainer_class()(model=model, args=training, train_dataset=Rows(), callbacks=[steps],
-                              stall_at=args.stall_at, stall_until=args.stall_until, preemption=None, steps=steps)
+                              stalls={int(n): until for n, until in (a.split(":") for a in args.stall_at)},
+                              preemption=None, steps=steps)
     preemption = trainer.preemption = Preemption(trainer.accelerator, num_iterations=1)
     trainer.add_callback(preemption)
     checkpoint = newest_checkpoint(run_dir) if args.resume else None

@@ -1,16 +1,17 @@
 """Faults while a checkpoint is written, on real processes with real signals and a real full disk (no model server):
 rlvr's checkpoint writing (`TransformersOverrides`) and `Preemption` in a transformers Trainer on tiny-random
 (checkpoint_script.py), the run directory on a tmpfs whose size the test sets (mounting needs root, as the sandbox
-does). One run, continued twice:
+does). One run, continued once:
 
-1. SIGTERM while checkpoint-2 is being written: the write finishes, the next step trains, checkpoint-3 is written,
-   exit 143 with the resume command.
-2. --resume with the disk shrunk to 40 MB more than it holds: writing checkpoint-4 fills it; the run stops with one
-   line naming checkpoint-3 as intact and what to do; the partial copy is removed. (A full disk surfaces from
-   torch.save as a RuntimeError, from other writes as ENOSPC: both are recognised.)
-3. --resume with room again: training continues from checkpoint-3 (step 4 trains the batch the full-disk run trained
-   at step 4); two SIGTERMs while checkpoint-5 is being written: the process dies at once, half of checkpoint-5 is
-   left in its staging directory, which is never a checkpoint: the newest one, what --resume takes, is checkpoint-4.
+1. the disk is shrunk while checkpoint-2 is written: checkpoint-3 fills it; the run stops with one line naming
+   checkpoint-2 as intact and what to do; the partial copy is removed. (A full disk surfaces from torch.save as a
+   RuntimeError, from other writes as ENOSPC: both are recognised.)
+2. --resume with room again: training continues from checkpoint-2 (step 3 trains the batch the first run trained at
+   step 3). SIGTERM while checkpoint-4 is written: the write finishes, the next step trains, and its checkpoint is
+   written for the stop; a second SIGTERM during that write kills the process at once: half of checkpoint-5 is left
+   in its staging directory, never a checkpoint: the newest one, what --resume takes, is checkpoint-4. (The clean
+   stop after one SIGTERM, exit 143 and the resume command, is tested on the real trainer in
+   test_fault_injection.py.)
 """
 
 from __future__ import annotations
@@ -91,55 +92,48 @@ def disk(tmp_path):
 def test_signals_and_a_full_disk_mid_checkpoint_never_leave_a_half_written_checkpoint(disk):
     run = disk / "run"
 
-    # 1. SIGTERM mid-write: the checkpoint is finished, the run stops at the next step with another one
-    proc = start(run, "--steps", "8", "--stall-at", "2", "--stall-until", "signal")
+    # 1. the disk shrinks to 40 MB more than it holds while checkpoint-2 is being written (it fits: its files are
+    # written already); writing checkpoint-3 (~90 MB) fills it: one line naming checkpoint-2, the partial copy removed
+    proc = start(run, "--steps", "8", "--stall-at", "2:go")
     wait_for(run / "writing-2", proc)
     assert checkpoints(run) == ["checkpoint-1"]  # checkpoint-2 is in its staging directory, not visible yet
-    proc.send_signal(signal.SIGTERM)
-    err = finish(proc)
-    assert proc.returncode == 143, err[-3000:]
-    assert "stopped on SIGTERM at step 3, checkpoint-3 written. Continue with:" in err
-    assert checkpoints(run) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
-    for name in checkpoints(run):
-        assert_complete(run / name)
-    assert not list(run.glob(".staging-*"))
-
-    # 2. --resume with the disk shrunk to 40 MB more than it holds: writing checkpoint-4 (~90 MB) fills it; the run
-    # stops with one line naming checkpoint-3 as intact and what to do; the partial copy is removed
     resize(disk, shutil.disk_usage(disk).used + 40 * MB)
-    proc = start(run, "--steps", "8", "--resume")
+    (run / "go-2").touch()
     err = finish(proc)
     assert proc.returncode == 1, err[-3000:]
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"rlvr: the disk is full: checkpoint-4 could not be written in {run} (No space left on "
+    assert last.startswith(f"rlvr: the disk is full: checkpoint-3 could not be written in {run} (No space left on "
                            "device: "), last
-    assert last.endswith("; checkpoint-3, the newest complete checkpoint, is intact. Free space there, then continue "
+    assert last.endswith("; checkpoint-2, the newest complete checkpoint, is intact. Free space there, then continue "
                          "the run with --resume"), last
     assert "Traceback" not in err
-    assert not list(run.glob(".staging-*"))
-    assert checkpoints(run)[-1] == "checkpoint-3" and newest_checkpoint(run) == run / "checkpoint-3"
-    assert_complete(run / "checkpoint-3")
+    assert checkpoints(run) == ["checkpoint-1", "checkpoint-2"] and not list(run.glob(".staging-*"))
+    assert_complete(run / "checkpoint-2")
 
-    # 3. room again: --resume continues from checkpoint-3 (step 4 trains the batch the full-disk run trained), then two
-    # SIGTERMs while checkpoint-5 is written: killed at once; the half-written checkpoint-5 is not a checkpoint
+    # 2. room again: --resume continues from checkpoint-2 (step 3 trains the batch the full-disk run trained). A
+    # SIGTERM while checkpoint-4 is written: the write finishes, step 5 trains, its checkpoint is written; a second
+    # SIGTERM during that write kills the process at once: half of checkpoint-5 is left in its staging directory,
+    # which is never a checkpoint: the newest one, what --resume takes, is checkpoint-4
     resize(disk, shutil.disk_usage(disk).used + 500 * MB)
-    proc = start(run, "--steps", "8", "--resume", "--stall-at", "5", "--stall-until", "killed")
-    wait_for(run / "writing-5", proc)
+    proc = start(run, "--steps", "8", "--resume", "--stall-at", "4:signal", "--stall-at", "5:killed")
+    wait_for(run / "writing-4", proc)
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
+    wait_for(run / "writing-5", proc)
+    assert checkpoints(run)[-1] == "checkpoint-4"
     proc.send_signal(signal.SIGTERM)
     err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err[-3000:]
+    assert "SIGTERM received: stopping after this step with a checkpoint" in err
     assert list(run.glob(".staging-checkpoint-5/checkpoint-5/model.safetensors"))  # half of it, in staging
     assert checkpoints(run)[-1] == "checkpoint-4"
-    # what --resume takes (rlvr's and transformers' lookup alike)
     assert newest_checkpoint(run) == run / "checkpoint-4" == Path(get_last_checkpoint(str(run)))
-    assert_complete(run / "checkpoint-4")
+    for name in checkpoints(run):
+        assert_complete(run / name)
 
     logged = steps(run)
-    assert [s["step"] for s in logged] == [1, 2, 3, 4, 4, 5]  # run 1; run 2 (disk full at 4); run 3 (from 3)
-    assert logged[3]["first_rows"] == logged[4]["first_rows"]  # step 4 trained the same rows again
-    firsts = [s["first_rows"][0] for s in logged if s is not logged[4]]
+    assert [s["step"] for s in logged] == [1, 2, 3, 3, 4, 5]  # run 1 (disk full writing 3); run 2 (from 2)
+    assert logged[2]["first_rows"] == logged[3]["first_rows"]  # step 3 trained the same rows again
+    firsts = [s["first_rows"][0] for s in logged if s is not logged[3]]
     assert len(set(firsts)) == 5  # five different batches of the first epoch: nothing trained twice or skipped back
 
 
