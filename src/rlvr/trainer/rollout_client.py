@@ -200,7 +200,8 @@ class RolloutClient:
         generation_s = time.perf_counter() - start
         states = outputs["state"]
         per_group = {s["example_id"]: s["timing"].get("scoring_ms", 0.0) for s in states}
-        rollouts = [renumber_versions(from_state(s), dict(self.policy_versions)) for s in states]
+        versions = dict(self.policy_versions)  # one copy (a C-level copy under the GIL: the sync thread may add)
+        rollouts = [renumber_versions(from_state(s), versions) for s in states]
         return GeneratedBatch(rollouts, generation_s, sum(per_group.values()) / 1000)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], policy_version: int) -> None:
