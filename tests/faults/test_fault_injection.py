@@ -56,7 +56,7 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
     return err
 
 
-def test_a_killed_server_is_restarted_then_sigterm_checkpoints_and_resume_trains_the_same_next_batch(tiny_model,
+def test_a_killed_server_is_restarted_then_sigterm_checkpoints_and_resume_trains_the_same_next_batch(training_server,
                                                                                                     tmp_path):
     """One run, two faults (one run costs less than two): kill -9 of the server the run started, then SIGTERM."""
     run, cwd = tmp_path / "run", tmp_path / "cwd"
@@ -91,7 +91,9 @@ def test_a_killed_server_is_restarted_then_sigterm_checkpoints_and_resume_trains
 
     saved = json.loads((checkpoints[0] / "rlvr_state.json").read_text())
     assert saved["global_step"] == stopped and saved["next_batch_index"] == stopped
-    run_training(load_environment(), "tiny-random", config(str(run), stopped + 1, micro_batch_size=4), resume=True)
+    # the session's shared training server (make test starts it anyway): the resumed run pushes its weights first
+    run_training(load_environment(), "tiny-random", config(str(run), stopped + 1, micro_batch_size=4),
+                 server_url=training_server.url, resume=True)
     batches = read_jsonl(run / "rollouts.jsonl")
     resumed = batches[-1]
     assert resumed["batch_index"] == stopped and resumed["step"] == stopped
