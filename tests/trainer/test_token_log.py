@@ -209,7 +209,7 @@ class OwnPolicySampler:
         self.tokenizer = tokenizer
         self.rng = random.Random(0)
 
-    def update_weights(self, named_tensors) -> None:
+    def update_weights(self, named_tensors, policy_version: int) -> None:
         pass
 
     def close(self) -> None:
