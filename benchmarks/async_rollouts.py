@@ -9,8 +9,10 @@ of the trainer process (its producer thread included) and of the server's proces
 busy (CPU seconds / wall seconds: 2.0 is this machine's whole CPU); and the held-out summary.
 
 Settings (--setting): `demo` is `rlvr demo`'s (SmolLM2-135M on vf-triviaqa-search's fact world, MT-GRPO, 16
-rollouts per step, held-out: its 24 eval examples x 2); `choice` is the training tests' choice environment with
-tiny-random (fast; held-out: 16 prompts x 8 rollouts of the same task).
+rollouts per step, held-out: its 24 eval examples x 2); `alfworld` is vf-alfworld's TextWorld-Commonsense backend
+(`twc`, a JVM per episode) with SmolLM2-135M, 6 turns, a 2-turn history window, 8 rollouts per step (held-out: 12
+games x 2); `choice` is the training tests' choice environment with tiny-random (fast; held-out: 16 prompts x 8
+rollouts of the same task).
 
 On paper (`on_separate_devices`): with the server on devices of its own nothing is shared, so a synchronous step
 takes G + T + S (generation, training, sync, as measured at k = 0) and a step one batch ahead max(G, T + S) once the
@@ -59,13 +61,22 @@ def setting(name: str):
                        learning_rate=d.learning_rate, seed=d.seed)
         sampling = {"temperature": d.temperature, "max_tokens": d.max_tokens_per_turn}
         return d.model, env, options, sampling, d.eval_examples, d.eval_rollouts
+    if name == "alfworld":
+        import verifiers as vf
+
+        # TextWorld-Commonsense games (the JVM backend), 6 turns, the last 2 turns of history in each prompt
+        env = vf.load_environment("vf-alfworld", backend="twc", num_train_examples=32, num_eval_examples=12,
+                                  max_turns=6, history_turns=2)
+        options = dict(batch_size=8, rollouts_per_example=4, micro_batch_size=2, max_tokens_per_turn=24,
+                       max_seq_len=2048, temperature=1.0, learning_rate=5e-5, seed=0)
+        return "smollm2-135m", env, options, {"temperature": 1.0, "max_tokens": 24}, 12, 2
     if name == "choice":
         from choice_env import load_environment
 
         options = dict(batch_size=32, rollouts_per_example=8, micro_batch_size=8, max_tokens_per_turn=2,
                        max_seq_len=256, temperature=1.0, learning_rate=5e-2, seed=0)
         return "tiny-random", load_environment(), options, {"temperature": 1.0, "max_tokens": 2}, 16, 8
-    raise SystemExit(f"unknown setting {name!r}: demo or choice")
+    raise SystemExit(f"unknown setting {name!r}: demo, alfworld or choice")
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> float:
@@ -145,7 +156,7 @@ def on_separate_devices(base: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--setting", default="demo", choices=("demo", "choice"))
+    parser.add_argument("--setting", default="demo", choices=("demo", "alfworld", "choice"))
     parser.add_argument("--ks", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=6.0)
     parser.add_argument("--out", type=Path, default=None)
