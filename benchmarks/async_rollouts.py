@@ -26,6 +26,7 @@ Writes benchmarks/results/async_rollouts_<setting>.json (atomically).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -142,7 +143,7 @@ def held_out(env, server, checkpoint: Path | None, sampling: dict, examples: int
         load_saved_weights(server.url, checkpoint)
     results = evaluation.run_rollouts(env, base_url=server.base_url, model=server.model, num_examples=examples,
                                       rollouts_per_example=rollouts, sampling_args=sampling)
-    return evaluation.summarize(evaluation.rollouts_of(results))
+    return {name: dataclasses.asdict(stat) for name, stat in evaluation.summarize(evaluation.rollouts_of(results)).items()}
 
 
 def on_separate_devices(base: dict) -> dict:
