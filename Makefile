@@ -18,7 +18,7 @@ $(STAMP):
 	rm -f $(VENV)/.setup-* && touch $@
 
 test: setup lock-check
-	$(OFFLINE) $(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	$(OFFLINE) $(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-fast: setup

@@ -88,7 +88,7 @@ class RolloutProducer(Generic[T]):
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._stopped and (self._next > self._allowed or self._next > self.last):
+                while not self._stopped and self._next > self._allowed:
                     self._cond.wait()
                 if self._stopped:
                     return
