@@ -24,7 +24,7 @@ LAYERS = {
     "trainer": 6,
     "offline": 7, "analysis": 7,
     "demo": 8,
-    "study": 9, "suite": 9,
+    "study": 9, "suite": 9, "pipeline": 9,
     "view": 10,
     "cli": 11,
 }

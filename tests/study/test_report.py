@@ -35,12 +35,12 @@ def write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj))
 
 
-def make_study(root: Path, seeds=(0, 1, 2)) -> Path:
+def make_study(root: Path, seeds=(0, 1, 2), sets=None) -> Path:
     settings = StudySettings(env="vf-triviaqa-search", model="smollm2-135m", algos=["grpo", "mt_grpo"],
                              seeds=list(seeds), training={"max_steps": 4, "batch_size": 16, "temperature": 0.7,
                                                          "max_tokens_per_turn": 32},
                              algo_options={"mt_grpo": {"credit": {"coef": 0.5}}},
-                             evaluation=EvaluationSettings(examples=24, rollouts=2),
+                             evaluation=EvaluationSettings(examples=24, rollouts=2, sets=sets or {}),
                              report=ReportSettings(headline=["exact_match"], collapse_window=3))
     layout = StudyLayout(root)
     write_json(layout.manifest, {"settings": settings.to_dict(), "evaluation_sampling": settings.sampling(),
@@ -93,7 +93,14 @@ def test_report_numbers(tmp_path):
     assert "Sum over finished units: 48.0 min" in report  # 6 cells x 7.5 + 3 base evaluations x 1
     assert "```bash\nrlvr study --config x.toml --out study\n```" in report
 
+    # against the base model (0.05 in every seed): grpo -0.05, 0.45, 0.471 (mean 0.290, s_d 0.294926, half width
+    # 4.302653 * s_d / sqrt(3) = 0.733); mt_grpo 0.283, 0.512, 0.367 (mean 0.387, s_d 0.115847, half width 0.288)
+    against_base = report.split("## Paired differences against the base model")[1]
+    assert "(smollm2-135m, the weights every cell starts from" in against_base
+    assert table_row(against_base, "exact_match")[1:] == ["+0.290 [-0.442, +1.023] 2/3", "+0.387 [+0.100, +0.675] 3/3"]
+
     data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["paired_with_base"]["grpo"]["exact_match"]["mean"] == pytest.approx((-0.05 + 0.45 + 0.471) / 3)
     paired = data["paired"]["mt_grpo"]["exact_match"]
     assert paired["mean"] == pytest.approx(0.097, abs=1e-9)
     assert paired["high"] - paired["mean"] == pytest.approx(4.302653 * 0.220592 / math.sqrt(3), abs=1e-5)
@@ -113,7 +120,8 @@ def test_a_study_cut_short_reports_what_it_finished(tmp_path):
     layout.done(layout.cell("mt_grpo", 0)).unlink()  # interrupted: its files stay, without the marker
     report = write_report(tmp_path).read_text()
     assert "1 of 4 cells finished" in report and "Missing: mt_grpo/seed-0, grpo/seed-1, mt_grpo/seed-1." in report
-    assert "| mt_grpo |" not in report and "## Paired differences" not in report
+    assert "| mt_grpo |" not in report and "## Paired differences against grpo" not in report
+    assert table_row(report.split("against the base model")[1], "exact_match")[1:] == ["-0.050 (1 seed: no interval)"]
 
 
 def test_analyze_renders_a_study_directory(tmp_path):
@@ -182,3 +190,28 @@ def test_rerun_spread_of_replicated_cells_by_hand(tmp_path):
     assert single["runs"] == 1 and math.isnan(single["combined"])
     assert sorted((r["algo"], r["seed"], r["replicate"]) for r in data["replicates"]) == [
         ("grpo", 1, 1), ("grpo", 1, 2), ("mt_grpo", 0, 1)]
+
+
+def test_a_held_out_set_gets_its_own_tables(tmp_path):
+    """[evaluation.sets]: eval-NAME/ of the base and of every cell, read into a section of its own (means across
+    seeds, paired against the baseline and the base model) and into summary.json; the main tables are unchanged."""
+    make_study(tmp_path, sets={"valid_seen": {"eval_split": "valid_seen"}})
+    layout = StudyLayout(tmp_path)
+    seen = {"grpo": [0.2, 0.4, 0.6], "mt_grpo": [0.3, 0.6, 0.6]}
+    for seed in (0, 1, 2):
+        write_json(layout.eval_set(layout.base(seed), "valid_seen") / "summary.json", summary(0.1))
+        for algo, values in seen.items():
+            write_json(layout.eval_set(layout.cell(algo, seed), "valid_seen") / "summary.json", summary(values[seed]))
+    report = write_report(tmp_path).read_text()
+    section = report.split("## Held-out set valid_seen")[1].split("## Cells")[0]
+    assert '`{"eval_split": "valid_seen"}`' in section
+    # grpo 0.4 ± 0.2/sqrt(3) = 0.115; mt_grpo 0.5 ± 0.1; base 0.1
+    assert table_row(section, "exact_match")[1:] == ["0.100 ± 0.000", "0.400 ± 0.115", "0.500 ± 0.100"]
+    # mt_grpo - grpo: 0.1, 0.2, 0.0 (mean 0.1, s_d 0.1, half width 4.302653 * 0.1 / sqrt(3) = 0.248)
+    paired = [line for line in section.splitlines() if line.startswith("| exact_match |")][1]
+    assert paired.split("|")[2].strip() == "+0.100 [-0.148, +0.348] 2/3"
+    assert table_row(report, "exact_match")[1:] == ["0.050 ± 0.000", "0.340 ± 0.170", "0.437 ± 0.067"]  # main set
+    data = json.loads((tmp_path / "summary.json").read_text())["sets"]["valid_seen"]
+    assert data["algorithms"]["mt_grpo"]["exact_match"]["mean"] == pytest.approx(0.5)
+    assert data["paired_with_base"]["grpo"]["exact_match"]["mean"] == pytest.approx(0.3)
+    assert data["base"]["seed-1"]["exact_match"]["mean"] == pytest.approx(0.1)

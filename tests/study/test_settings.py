@@ -75,6 +75,22 @@ def test_bad_report_and_evaluation_settings():
         settings(report=ReportSettings(collapse_window=0))
     with pytest.raises(StudyError, match="examples=0"):
         settings(evaluation=EvaluationSettings(examples=0))
+    for sets in ({"valid seen": {"eval_split": "valid_seen"}}, {"valid_seen": {}}, {"valid_seen": "valid_seen"}):
+        with pytest.raises(StudyError, match=r"\[evaluation.sets\] .*a table of the load_environment arguments"):
+            settings(evaluation=EvaluationSettings(sets=sets))
+
+
+def test_held_out_sets_change_the_environment_arguments_and_are_part_of_the_budget(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('env = "vf-alfworld"\nmodel = "tiny-random"\nalgos = ["grpo"]\nseeds = [0]\n'
+                    '[env_args]\nmax_turns = 4\n[training]\nmax_steps = 1\n'
+                    '[evaluation.sets]\nvalid_seen = {eval_split = "valid_seen"}\ntwc = {backend = "twc"}\n')
+    s = StudySettings.from_dict(read_settings_file(path))
+    assert s.evaluation.env_args("valid_seen", s.env_args) == {"max_turns": 4, "eval_split": "valid_seen"}
+    assert s.evaluation.env_args("twc", s.env_args) == {"max_turns": 4, "backend": "twc"}
+    fewer = StudySettings.from_dict({**read_settings_file(path), "evaluation": {"sets": {"twc": {"backend": "twc"}}}})
+    with pytest.raises(StudyError, match=r"(?s)other settings.*evaluation"):
+        merge_grids(s, fewer)  # the finished units were evaluated on other sets
 
 
 def test_toml_keys_are_checked(tmp_path):

@@ -9,8 +9,8 @@ import random
 import pytest
 from vf_webshop.catalog import generate_catalog, generate_product_prices, search_text
 from vf_webshop.engine import SEP, Session, Shop
+from vf_webshop.expert import run_expert
 from vf_webshop.goals import get_goals, get_human_goals
-from webshop_expert import run_expert
 
 
 @pytest.fixture(scope="module")

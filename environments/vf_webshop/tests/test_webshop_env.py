@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from vf_webshop import load_environment, parse_agent_action
 from vf_webshop.engine import Session, parse_action
 from vf_webshop.env import ONE_SHOT_EXAMPLE, SYSTEM_PROMPT
-from webshop_expert import expert_action
+from vf_webshop.expert import expert_action
 
 from rlvr.testing import ScriptedClient
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rlvr.cli import analyze, env, evaluate, models, offline, serve, study, suite, train, view
+from rlvr.cli import analyze, env, evaluate, models, offline, pipeline, serve, study, suite, train, view
 
 app = typer.Typer(
     name="rlvr",
@@ -20,6 +20,7 @@ analyze.register(app)
 train.register(app)
 offline.register(app)
 study.register(app)
+pipeline.register(app)
 suite.register(app)
 view.register(app)
 

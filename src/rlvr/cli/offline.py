@@ -125,6 +125,26 @@ def rollout_client(model: str, url: str | None, settings, max_concurrent: int) -
         yield client
 
 
+def merge_trajectories(
+    sources: list[Path] = typer.Argument(..., help="Trajectory directories (rlvr collect, an expert export)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The merged trajectory directory (replaced if it exists)."),
+    segmentation: str = typer.Option("turn", "--segmentation", help="Steps of records that have none: 'turn' "
+                                     "(agents) or 'line'."),
+) -> None:
+    """Put several trajectory directories into one, e.g. expert and policy trajectories for OREO."""
+    from rlvr.offline.trajectories import SEGMENTATIONS, TrajectoryError
+    from rlvr.offline.trajectories import merge_trajectories as merge
+
+    if segmentation not in SEGMENTATIONS:
+        raise fail(f"--segmentation must be turn or line, got {segmentation!r}")
+    try:
+        merged = merge(sources, out, segmentation)
+    except TrajectoryError as err:
+        raise fail(str(err)) from err
+    wins = sum(t.reward >= 1.0 for t in merged)
+    console.print(f"{len(merged)} trajectories ({wins} with reward >= 1) from {len(sources)} sources: {out}")
+
+
 def offline_plan(algo: str, dataset: str | None, model: str | None) -> bool:
     """Whether `rlvr train` trains offline (from --dataset); fails when the algorithm and --dataset disagree."""
     from rlvr.trainer.recipes import config_class
@@ -155,3 +175,4 @@ def run_offline_plan(plan, config) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command()(collect)
+    app.command("merge-trajectories")(merge_trajectories)

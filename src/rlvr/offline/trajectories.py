@@ -36,6 +36,7 @@ segmentation the trainer is given ("turn" or "line"); without either the reader 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -221,6 +222,28 @@ def write_dataset(trajectories: Sequence[Trajectory], out_dir: Path) -> Path:
     with atomic_directory(Path(out_dir)) as tmp:
         Dataset.from_list(rows).save_to_disk(str(tmp))
     return Path(out_dir)
+
+
+def merge_trajectories(sources: Sequence[str | Path], out_dir: str | Path,
+                       segmentation: Segmentation = "turn") -> list[Trajectory]:
+    """Every trajectory of `sources` (each a directory, JSONL file or dataset load_trajectories reads) in one
+    directory `out_dir` (predictions.jsonl + dataset/, atomically): OREO and rejection sampling on expert and policy
+    trajectories together. Records without steps are segmented by `segmentation`; a record without a policy
+    (an expert export) is labelled with its source, so the merged set still says where each trajectory came from.
+    sources.json lists the sources in order."""
+    from rlvr.io import atomic_directory
+
+    if not sources:
+        raise TrajectoryError("nothing to merge: give one or more trajectory directories")
+    merged = []
+    for source in sources:
+        merged += [t if t.policy else dataclasses.replace(t, policy=str(source))
+                   for t in load_trajectories(source, segmentation)]
+    with atomic_directory(Path(out_dir)) as tmp:
+        (tmp / JSONL).write_text("".join(json.dumps(t.to_record(), default=str) + "\n" for t in merged))
+        write_dataset(merged, tmp / DATASET_DIR)
+        (tmp / "sources.json").write_text(json.dumps([str(s) for s in sources], indent=2))
+    return merged
 
 
 # ---------------------------------------------------------------- the token view

@@ -5,6 +5,7 @@
     base/seed-S/done.json         its completion marker (wall time)
     cells/ALGO/seed-S/train/      the cell's training run (rlvr train's run directory: metrics.jsonl, final/, ...)
     cells/ALGO/seed-S/eval/       the held-out evaluation of its final weights
+    .../eval-NAME/                the same weights on held-out set NAME ([evaluation.sets]; base/ and cells/)
     cells/ALGO/seed-S/done.json   completion marker (wall times, resume point, tokens): a cell without it is rerun,
                                   resuming its training from the newest checkpoint-N/
     cells/ALGO/seed-S/replicate-K/  the K-th re-run of the cell with the same seed (K >= 1; `replicates`), laid out
@@ -64,6 +65,11 @@ class StudyLayout:
     @staticmethod
     def eval(unit: Path) -> Path:
         return unit / "eval"
+
+    @staticmethod
+    def eval_set(unit: Path, name: str) -> Path:
+        """The evaluation of the same weights on held-out set `name` ([evaluation.sets])."""
+        return unit / f"eval-{name}"
 
     @staticmethod
     def done(unit: Path) -> Path:

@@ -10,7 +10,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +55,19 @@ class CellRecord:
     wall_s: dict[str, float]
     resumed_from: str | None
     replicate: int = 0  # 0: the cell; K >= 1: its K-th same-seed re-run
+    sets: dict[str, dict[str, Stat]] = field(default_factory=dict)  # [evaluation.sets] name -> its evaluation
 
 
 def read_summary(eval_dir: Path) -> dict[str, Stat]:
     return {k: Stat(**v) for k, v in json.loads((eval_dir / "summary.json").read_text()).items()}
 
 
-def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0) -> CellRecord:
+def read_sets(layout: StudyLayout, unit: Path, names) -> dict[str, dict[str, Stat]]:
+    """The unit's evaluations on the [evaluation.sets] held-out sets that it has."""
+    return {n: read_summary(layout.eval_set(unit, n)) for n in names if layout.eval_set(unit, n).is_dir()}
+
+
+def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, sets=()) -> CellRecord:
     unit = layout.cell(algo, seed, replicate)
     done = json.loads(layout.done(unit).read_text())
     steps = [r for r in read_jsonl(layout.train(unit) / "metrics.jsonl") if "loss" in r]
@@ -75,6 +81,7 @@ def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0) -> 
         reward_std={int(r["step"]): float(r["reward/std"]) for r in steps if "reward/std" in r},
         tokens_generated=sum(float(r.get("tokens/generated", 0.0)) for r in steps),
         wall_s=done["wall_s"], resumed_from=done.get("resumed_from"), replicate=replicate,
+        sets=read_sets(layout, unit, sets),
     )
 
 
@@ -89,6 +96,7 @@ class StudyData:
     base_wall_s: dict[int, float]
     cells: list[CellRecord]  # the cells (replicate 0): every table but the re-run spread reads these
     replicates: list[CellRecord]  # their same-seed re-runs (replicate >= 1)
+    base_sets: dict[str, dict[int, dict[str, Stat]]] = field(default_factory=dict)  # set -> seed -> base evaluation
 
     @property
     def algos(self) -> list[str]:
@@ -105,12 +113,15 @@ class StudyData:
             names += [k for k in summary if k not in names]
         return names
 
-    def values(self, algo: str, metric: str) -> dict[int, float]:
-        """seed -> the cell's evaluation mean of `metric`."""
-        return {c.seed: c.after[metric].mean for c in self.cells if c.algo == algo and metric in c.after}
+    def values(self, algo: str, metric: str, held_out: str | None = None) -> dict[int, float]:
+        """seed -> the cell's evaluation mean of `metric` (on [evaluation.sets] set `held_out`, if given)."""
+        summaries = {c.seed: c.after if held_out is None else c.sets.get(held_out, {})
+                     for c in self.cells if c.algo == algo}
+        return {seed: summary[metric].mean for seed, summary in summaries.items() if metric in summary}
 
-    def base_values(self, metric: str) -> dict[int, float]:
-        return {s: summary[metric].mean for s, summary in self.bases.items() if metric in summary}
+    def base_values(self, metric: str, held_out: str | None = None) -> dict[int, float]:
+        bases = self.bases if held_out is None else self.base_sets.get(held_out, {})
+        return {s: summary[metric].mean for s, summary in bases.items() if metric in summary}
 
     def collapse(self, cell: CellRecord) -> Collapse:
         steps = sorted(cell.reward_std)
@@ -125,8 +136,13 @@ class StudyData:
     def spread(self, cell: CellRecord, metric: str) -> RerunSpread:
         return rerun_spread([r.after[metric] for r in self.runs(cell) if metric in r.after])
 
-    def paired(self, algo: str, metric: str) -> PairedDifference:
-        return paired_difference(self.values(algo, metric), self.values(self.report.baseline, metric),
+    def paired(self, algo: str, metric: str, held_out: str | None = None) -> PairedDifference:
+        return paired_difference(self.values(algo, metric, held_out),
+                                 self.values(self.report.baseline, metric, held_out), self.report.confidence)
+
+    def paired_with_base(self, algo: str, metric: str, held_out: str | None = None) -> PairedDifference:
+        """The cell minus the starting model's evaluation of the same seed (the same sampling seeds)."""
+        return paired_difference(self.values(algo, metric, held_out), self.base_values(metric, held_out),
                                  self.report.confidence)
 
 
@@ -134,18 +150,22 @@ def load_study(root: Path) -> StudyData:
     layout = StudyLayout(Path(root))
     manifest = json.loads(layout.manifest.read_text())
     settings = manifest["settings"]
-    bases, base_wall = {}, {}
+    sets = list(settings["evaluation"].get("sets", {}))
+    bases, base_wall, base_sets = {}, {}, {}
     for seed in layout.finished_bases():
         unit = layout.base(seed)
         bases[seed] = read_summary(layout.eval(unit))
-        base_wall[seed] = json.loads(layout.done(unit).read_text())["wall_s"]["evaluation"]
+        for name, summary in read_sets(layout, unit, sets).items():
+            base_sets.setdefault(name, {})[seed] = summary
+        base_wall[seed] = sum(json.loads(layout.done(unit).read_text())["wall_s"].values())
     return StudyData(
         settings=settings, report=ReportSettings(**settings["report"]), sampling=manifest.get("evaluation_sampling", {}),
         commands=[i["command"] for i in manifest["invocations"] if i.get("command")],
         dataset_commands=manifest.get("offline_sources", {}),
         bases=bases, base_wall_s=base_wall,
-        cells=[read_cell(layout, a, s) for a, s in layout.finished_cells()],
+        cells=[read_cell(layout, a, s, sets=sets) for a, s in layout.finished_cells()],
         replicates=[read_cell(layout, a, s, k) for a, s, k in layout.finished_replicates()],
+        base_sets=base_sets,
     )
 
 
@@ -215,7 +235,8 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
              *(fmt_stat(across_seeds(data.values(a, m))) for a in algos)] for m in metrics]
     lines += ["", "## Held-out evaluation after training", "",
               "Mean ± standard error across seeds (each seed's value is its cell's mean over the held-out "
-              "rollouts); the base model column is the untrained model, evaluated once per seed.", "",
+              "rollouts); the base model column is the study's model before any training here (the weights every "
+              "cell starts from: the untrained model, or e.g. an SFT checkpoint), evaluated once per seed.", "",
               markdown_table(header, rows)]
 
     others = [a for a in algos if a != rep.baseline]
@@ -240,6 +261,17 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
                        f"separated at {level}" if diff.excludes_zero else f"not separated at {level}")
             lines.append(f"- {algo} - {rep.baseline}: {fmt_diff(diff)} ({verdict}; higher in {diff.wins}, lower in "
                          f"{diff.losses} of {diff.n} seeds)")
+
+    if algos and data.bases:
+        rows = [[m, *(fmt_diff(data.paired_with_base(a, m)) for a in algos)] for m in metrics]
+        lines += ["", "## Paired differences against the base model", "",
+                  f"Per seed, the cell's value minus the base model's evaluation of the same seed ({s['model']}, "
+                  "the weights every cell starts from, sampled with the same seeds); mean [{level} interval, "
+                  "Student's t] and the number of seeds where the cell was higher.".replace("{level}", level), "",
+                  markdown_table(["metric", *(f"{a} - base" for a in algos)], rows)]
+
+    for name, changes in s["evaluation"].get("sets", {}).items():
+        lines += ["", *render_held_out_set(data, name, changes)]
 
     headline = [m for m in rep.headline if m in metrics]
     rows = []
@@ -269,6 +301,25 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
               "constant': every held-out rollout after training got the same reward."]
     lines += ["", "## Plots", "", *(f"![{p.stem}]({p.relative_to(root)})" for p in plots), ""]
     return "\n".join(lines)
+
+
+def render_held_out_set(data: StudyData, name: str, changes: dict[str, Any]) -> list[str]:
+    """An [evaluation.sets] set: the headline metrics of the base model and every algorithm (mean ± s.e. across
+    seeds), and their paired differences against the baseline and the base model."""
+    rep, algos = data.report, data.algos
+    metrics = [m for m in rep.headline if m in data.metrics] or ["reward"]
+    rows = [[m, fmt_stat(across_seeds(data.base_values(m, name))),
+             *(fmt_stat(across_seeds(data.values(a, m, name))) for a in algos)] for m in metrics]
+    others = [a for a in algos if a != rep.baseline]
+    paired = [[m, *(fmt_diff(data.paired(a, m, name)) for a in others),
+               *(fmt_diff(data.paired_with_base(a, m, name)) for a in algos)] for m in metrics]
+    return [f"## Held-out set {name}", "",
+            f"The same weights on `{json.dumps(changes)}` (changed from the environment arguments above); same "
+            "examples, rollouts and sampling. Mean ± s.e. across seeds, then paired differences per seed "
+            f"(mean [{rep.confidence:.0%} interval] and seeds higher) against {rep.baseline} and the base model.", "",
+            markdown_table(["metric", "base model", *algos], rows), "",
+            markdown_table(["metric", *(f"{a} - {rep.baseline}" for a in others), *(f"{a} - base" for a in algos)],
+                           paired)]
 
 
 def fmt_number(value: float) -> str:
@@ -333,6 +384,16 @@ def summary_record(data: StudyData) -> dict[str, Any]:
         "algorithms": {a: {m: asdict(across_seeds(data.values(a, m))) for m in data.metrics} for a in data.algos},
         "paired": {a: {m: asdict(data.paired(a, m)) for m in data.metrics}
                    for a in data.algos if a != data.report.baseline},
+        "paired_with_base": {a: {m: asdict(data.paired_with_base(a, m)) for m in data.metrics} for a in data.algos},
+        "sets": {name: {
+            "base": {f"seed-{s}": stats(v) for s, v in data.base_sets.get(name, {}).items()},
+            "algorithms": {a: {m: asdict(across_seeds(data.values(a, m, name))) for m in data.metrics}
+                           for a in data.algos},
+            "paired": {a: {m: asdict(data.paired(a, m, name)) for m in data.metrics}
+                       for a in data.algos if a != data.report.baseline},
+            "paired_with_base": {a: {m: asdict(data.paired_with_base(a, m, name)) for m in data.metrics}
+                                 for a in data.algos},
+        } for name in data.settings["evaluation"].get("sets", {})},
         "baseline": data.report.baseline,
     }
 

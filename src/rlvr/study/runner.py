@@ -180,10 +180,23 @@ def _evaluate(env, server, settings: StudySettings, out_dir: Path, label: str, s
     return time.perf_counter() - start
 
 
-def run_base(env, server, settings: StudySettings, layout: StudyLayout, seed: int, manifest: Manifest) -> None:
+def evaluate_unit(envs: dict, server, settings: StudySettings, layout: StudyLayout, unit: Path, label: str,
+                  seed: int) -> dict[str, float]:
+    """The served weights on the held-out set (eval/) and on every [evaluation.sets] set (eval-NAME/); returns the
+    wall time of each ("evaluation", "evaluation/NAME")."""
+    wall = {}
+    for name, env in envs.items():
+        out = layout.eval(unit) if name is None else layout.eval_set(unit, name)
+        where = "" if name is None else f" on {name}"
+        wall["evaluation" if name is None else f"evaluation/{name}"] = _evaluate(env, server, settings, out,
+                                                                                  label + where, seed)
+    return wall
+
+
+def run_base(envs: dict, server, settings: StudySettings, layout: StudyLayout, seed: int, manifest: Manifest) -> None:
     unit = layout.base(seed)
-    seconds = _evaluate(env, server, settings, layout.eval(unit), f"base model, seed {seed}", seed)
-    done = {"seed": seed, "wall_s": {"evaluation": seconds}, "finished": _now()}
+    wall = evaluate_unit(envs, server, settings, layout, unit, f"base model, seed {seed}", seed)
+    done = {"seed": seed, "wall_s": wall, "finished": _now()}
     atomic_write_json(layout.done(unit), done)
     manifest.record("bases", f"seed-{seed}", done)
 
@@ -193,7 +206,7 @@ def cell_key(algo: str, seed: int, replicate: int = 0) -> str:
     return f"{algo}/seed-{seed}" + (f"/replicate-{replicate}" if replicate else "")
 
 
-def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: str, seed: int,
+def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, algo: str, seed: int,
              manifest: Manifest, replicate: int = 0) -> None:
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -219,13 +232,12 @@ def run_cell(env, server, settings: StudySettings, layout: StudyLayout, algo: st
         if is_offline(settings.recipe(algo)):
             train_offline(settings.model, config, settings.offline_datasets[algo], resume=resumed_from or False)
         else:
-            run_training(env, settings.model, config, server_url=server.url, env_args=settings.env_args,
+            run_training(envs[None], settings.model, config, server_url=server.url, env_args=settings.env_args,
                          resume=resumed_from or False)
         gc.collect()  # the trainer, its model and optimizer: free them before the next cell loads its own
     wall["training"] = time.perf_counter() - start
     wall["final_sync"] = load_saved_weights(server.url, final)
-    wall["evaluation"] = _evaluate(env, server, settings, layout.eval(unit),
-                                   f"{cell_key(algo, seed, replicate)}, trained", seed)
+    wall |= evaluate_unit(envs, server, settings, layout, unit, f"{cell_key(algo, seed, replicate)}, trained", seed)
     wall["total"] = time.perf_counter() - start
     done = {"algo": algo, "seed": seed, "replicate": replicate, "wall_s": wall, "resumed_from": resumed_from,
             "finished": _now(),
@@ -268,15 +280,19 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
         with console.status(f"preparing {settings.model} and {settings.env}..."):
             models.prepare(settings.model)
             env = env if env is not None else evaluation.load_env(settings.env, settings.env_args)
-        check_eval_split(env, settings)
+            # None: the study's held-out set; then each [evaluation.sets] set, evaluated on the same weights
+            envs = {None: env, **{name: evaluation.load_env(settings.env, settings.evaluation.env_args(
+                name, settings.env_args)) for name in settings.evaluation.sets}}
+        for held_out in envs.values():
+            check_eval_split(held_out, settings)
         console.print(f"{len(bases)} base evaluation(s) and {len(cells)} cell(s) to run; starting rlvr serve for "
                       f"{settings.model} (log {layout.server_log})...")
         with launch(model=settings.model, dtype=settings.server_dtype, extra_args=settings.server_args,
                     log_file=layout.server_log, timeout=server_timeout) as server:
             for seed in bases:
-                run_base(env, server, settings, layout, seed, manifest)
+                run_base(envs, server, settings, layout, seed, manifest)
             for number, (algo, seed, replicate) in enumerate(cells, start=1):
                 console.rule(f"[bold]cell {number}/{len(cells)}: {cell_key(algo, seed, replicate)}")
-                run_cell(env, server, settings, layout, algo, seed, manifest, replicate)
+                run_cell(envs, server, settings, layout, algo, seed, manifest, replicate)
     manifest.finish()
     return write_report(layout.root)

@@ -19,6 +19,7 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
                                          # [algo_options.NAME], e.g. ppo_bi_level = "ppo" beside "ppo" itself
     [offline_datasets]                   # offline recipes (sft, oreo): ALGO = "trajectory directory" (rlvr collect)
     [evaluation]                         # examples, rollouts, temperature, max_tokens (held-out, before and after)
+    [evaluation.sets]                    # more held-out sets: NAME = {env_args changes}, e.g. valid_seen = {...}
     [report]                             # baseline, headline, collapse_window, collapse_tol, confidence
 """
 
@@ -80,10 +81,22 @@ class EvaluationSettings:
     rollouts: int = 2  # sampled rollouts per example
     temperature: float | None = None  # None: the training temperature
     max_tokens: int | None = None  # per assistant turn; None: the training max_tokens_per_turn
+    # other held-out sets, each evaluated after the main one on the same weights: NAME -> load_environment
+    # arguments changed from env_args (e.g. valid_seen = {eval_split = "valid_seen"}, twc = {backend = "twc"})
+    sets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def check(self) -> None:
         if self.examples < 1 or self.rollouts < 1:
             raise StudyError(f"[evaluation] examples={self.examples}, rollouts={self.rollouts}: both must be >= 1")
+        for name, changes in self.sets.items():
+            if not VARIANT_NAME.fullmatch(name) or not isinstance(changes, dict) or not changes:
+                raise StudyError(f"[evaluation.sets] {name} = {changes!r}: a held-out set is a name (letters, digits, "
+                                 "_ - .) and a table of the load_environment arguments it changes, e.g. "
+                                 "valid_seen = { eval_split = \"valid_seen\" }")
+
+    def env_args(self, name: str, env_args: dict[str, Any]) -> dict[str, Any]:
+        """The load_environment arguments of held-out set `name`: the study's, with the set's changes."""
+        return {**env_args, **self.sets[name]}
 
 
 @dataclass
