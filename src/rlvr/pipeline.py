@@ -270,6 +270,17 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _terminate_with_parent() -> None:
+    """In the stage's process, before exec: SIGTERM it when the pipeline dies (a SIGKILL skips the forwarding),
+    so that it checkpoints and stops instead of running on unobserved."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def run_unit(unit: Unit, log: Path, echo=print) -> dict[str, Any]:
     """Run one unit's command, its output to the terminal and to `log`; SIGINT / SIGTERM are passed on to it (the
     commands stop at a resumable point). Returns the record written to its marker; raises PipelineError when the
@@ -279,8 +290,11 @@ def run_unit(unit: Unit, log: Path, echo=print) -> dict[str, Any]:
     with open(log, "ab") as sink:
         sink.write(f"\n$ {unit.command}   # {started}\n".encode())
         sink.flush()
+        # A session of its own: a Ctrl-C at the terminal reaches the stage once, through the handler below (the
+        # training commands stop at once on a second signal); and it dies with the pipeline, however that dies.
         process = subprocess.Popen(executable(unit.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+                                   preexec_fn=_terminate_with_parent)
         forward = {sig: signal.signal(sig, lambda s, _f: process.send_signal(s))
                    for sig in (signal.SIGINT, signal.SIGTERM)}
         try:

@@ -124,6 +124,8 @@ def test_sigterm_is_passed_to_the_running_stage(tmp_path):
     script.write_text(textwrap.dedent("""
         import os, pathlib, signal, sys, time
         pathlib.Path(sys.argv[1]).mkdir(parents=True)
+        # a session of its own: a terminal's Ctrl-C reaches the stage only through the pipeline, once
+        assert os.getsid(0) != os.getsid(os.getppid()), "the stage shares the pipeline's session"
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         os.kill(os.getppid(), signal.SIGTERM)  # as a scheduler would signal the pipeline
         time.sleep(30)
@@ -216,3 +218,36 @@ def test_command_line_dry_run_and_errors(tmp_path):
     assert bad.exit_code == 2 and "write NAME=VALUE" in bad.output
     other = CliRunner().invoke(app, ["pipeline", str(config), "-o", str(out), "--set", "model=smol", "--until", "rl"])
     assert other.exit_code == 2 and "other vars" in other.output and not (out / "rl").exists()
+
+
+def test_a_stage_is_terminated_when_the_pipeline_is_killed(tmp_path):
+    """kill -9 of `rlvr pipeline` skips its forwarding: the stage gets SIGTERM from the kernel (PR_SET_PDEATHSIG),
+    so that it stops at a checkpoint instead of running on unobserved."""
+    import os
+    import subprocess
+    import time
+
+    script = tmp_path / "stage.py"
+    script.write_text(textwrap.dedent("""
+        import os, pathlib, signal, sys, time
+        here = pathlib.Path(sys.argv[1])
+        here.mkdir(parents=True)
+        signal.signal(signal.SIGTERM, lambda *_: ((here / "terminated").touch(), sys.exit(143)))
+        (here / "started").touch()
+        time.sleep(60)
+    """))
+    config = tmp_path / "p.toml"
+    config.write_text(f'[[stages]]\nname = "train"\nout = "train"\ncommand = "python {script} {{here}}"\n')
+    runner = subprocess.Popen([sys.executable, "-m", "rlvr.cli", "pipeline", str(config), "-o", str(tmp_path / "run")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    here = tmp_path / "run" / "train"
+    deadline = time.monotonic() + 120
+    while not (here / "started").exists() and time.monotonic() < deadline and runner.poll() is None:
+        time.sleep(0.1)
+    assert (here / "started").exists(), "the stage did not start"
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    deadline = time.monotonic() + 10
+    while not (here / "terminated").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (here / "terminated").exists() and not (here / MARKER).exists()
