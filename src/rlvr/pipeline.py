@@ -26,8 +26,8 @@ one argument, and no shell runs. `rlvr` and `python` at the start of a command r
 A stage (or foreach item) is finished when its result directory holds `pipeline_stage.json` (written after the
 command exits 0: the command, its start, end, wall time and peak memory); it is then skipped. An interrupted one is
 run again with the same command, which resumes from what it left. `pipeline.json` in the pipeline directory keeps
-the config, the vars and every invocation; resuming with other vars is refused, since the finished stages used
-the old ones.
+the config and every invocation with its vars; vars that would change the command of a finished stage are refused
+(its result was made by the old command), vars that change only stages still to run are taken.
 """
 
 from __future__ import annotations
@@ -324,22 +324,32 @@ def run_unit(unit: Unit, log: Path, echo=print) -> dict[str, Any]:
     return record
 
 
+def check_finished(plan: Plan) -> None:
+    """A finished unit must be what its stage's command now says: other vars (or an edited config) that change the
+    command of a finished stage are refused, since its result was made by the old one. Vars that change only the
+    stages still to run are taken (e.g. more seeds before the RL study has finished)."""
+    changed = []
+    for stage in plan.pipeline.stages:
+        for unit in plan.units(stage):
+            if unit.marker.is_file():
+                before = json.loads(unit.marker.read_text())["command"]
+                if before != unit.command:
+                    changed.append(f"{unit.label}: made by   {before}\n    would now run {unit.command}")
+    if changed:
+        raise PipelineError(f"{plan.out} has finished stages that these vars would make differently:\n  "
+                            + "\n  ".join(changed) + f"\n  fix: the --set options of before ({plan.out / MANIFEST} "
+                            "lists each invocation's vars), another --out directory, or remove a stage's "
+                            f"{MARKER} to run it again with the new command (it resumes what it can)")
+
+
 def open_manifest(plan: Plan, command: str | None) -> dict[str, Any]:
-    """pipeline.json: refuses other vars than those the directory was started with; appends this invocation."""
+    """pipeline.json: the config and every invocation with its vars."""
     path = plan.out / MANIFEST
-    variables = plan.pipeline.vars
     if path.is_file():
         data = json.loads(path.read_text())
-        old = data["vars"]
-        changed = [f"{k}: {old.get(k)!r} -> {variables.get(k)!r}" for k in sorted(set(old) | set(variables))
-                   if old.get(k) != variables.get(k)]
-        if changed:
-            raise PipelineError(f"{plan.out} was started with other vars, and its finished stages used them:\n  "
-                                + "\n  ".join(changed) + "\n  fix: the same --set options as before (see "
-                                f"{path}), or another --out directory")
     else:
-        data = {"config": str(plan.pipeline.path), "vars": variables, "created": _now(), "invocations": []}
-    data["invocations"].append({"command": command, "started": _now(), "finished": None})
+        data = {"config": str(plan.pipeline.path), "created": _now(), "invocations": []}
+    data["invocations"].append({"command": command, "vars": plan.pipeline.vars, "started": _now(), "finished": None})
     atomic_write_json(path, data)
     return data
 
@@ -351,6 +361,7 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, until: str | None = None, com
     stages = pipeline.stages
     if until is not None:
         stages = stages[: stages.index(pipeline.stage(until)) + 1]
+    check_finished(plan)
     manifest = open_manifest(plan, command)
     ran = []
     for stage in stages:

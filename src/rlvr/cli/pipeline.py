@@ -17,7 +17,7 @@ def pipeline(
     config: Path = typer.Argument(..., help="Pipeline TOML file (configs/pipelines/*.toml)."),
     out: Path = typer.Option(..., "--out", "-o", help="Pipeline directory; the same command again resumes it."),
     overrides: list[str] = typer.Option([], "--set", "-s", help="A var of the config, NAME=VALUE (e.g. "
-                                        "--set model=tiny-random); a resumed directory needs the same ones."),
+                                        "--set model=tiny-random); refused where it would change a finished stage's command."),
     until: str | None = typer.Option(None, "--until", help="Stop after this stage."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show each stage's state and command; run nothing."),
 ) -> None:
