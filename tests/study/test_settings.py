@@ -244,3 +244,16 @@ def test_async_steps_is_an_option_a_study_varies_under_one_budget(tmp_path):
     assert (plain.async_steps, ahead.async_steps) == (0, 2) and ahead.loss_type == "decoupled_clip"
     assert "async_steps" not in s.budget()
     assert (plain.max_steps, plain.batch_size) == (ahead.max_steps, ahead.batch_size)
+
+
+def test_a_study_starts_from_a_trained_model_path_and_names_a_missing_one(tmp_path):
+    """`model` may be a checkpoint directory (the pipeline's RL study starts from the SFT run's final/); a path that
+    does not exist stops the study before its server starts or its manifest is written."""
+    from rlvr.study.runner import check_model, run_study
+
+    (tmp_path / "final").mkdir()
+    check_model(str(tmp_path / "final"))
+    missing = settings(model=str(tmp_path / "sft" / "final"))
+    with pytest.raises(StudyError, match=r"is neither a registered model.*an SFT run's final/ directory"):
+        run_study(missing, tmp_path / "study")
+    assert not (tmp_path / "study" / "study.json").exists()

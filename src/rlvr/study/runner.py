@@ -160,6 +160,18 @@ def check_offline_datasets(settings: StudySettings, algos: list[str]) -> None:
                              "(a committed study config says how, next to [offline_datasets])") from err
 
 
+def check_model(model: str) -> None:
+    """The study's model: a registered one (prepared here, once) or an existing path such as an SFT run's final/,
+    which every cell then starts from."""
+    from rlvr import models
+
+    try:
+        models.resolve(model)
+    except models.ModelError as err:
+        raise StudyError(f"{err}. A study starts every cell from its model: give a registered name or the path "
+                         "of a trained model (e.g. an SFT run's final/ directory)") from err
+
+
 def check_eval_split(env, settings: StudySettings) -> None:
     available = len(env.get_eval_dataset(n=settings.evaluation.examples))
     if available < settings.evaluation.examples:
@@ -272,13 +284,13 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
     check_study(settings, layout.root)
     bases, cells = pending(settings, layout)
     check_offline_datasets(settings, [algo for algo, _, _ in cells])
+    if bases or cells:
+        check_model(settings.model)
     manifest = Manifest.open(layout, settings, command)
     if bases or cells:
-        from rlvr import models
         from rlvr.serve import launch
 
         with console.status(f"preparing {settings.model} and {settings.env}..."):
-            models.prepare(settings.model)
             env = env if env is not None else evaluation.load_env(settings.env, settings.env_args)
             # None: the study's held-out set; then each [evaluation.sets] set, evaluated on the same weights
             envs = {None: env, **{name: evaluation.load_env(settings.env, settings.evaluation.env_args(
