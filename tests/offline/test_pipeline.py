@@ -1,5 +1,6 @@
 """The offline pipeline end to end on tiny-random, all through the `rlvr` CLI: collect (real vLLM server) -> SFT ->
-OREO -> evaluate with value-guided beam search; and an OREO run killed with SIGKILL that resumes exactly."""
+OREO -> evaluate with value-guided beam search; and OREO runs killed with SIGKILL or stopped with SIGTERM that
+resume exactly."""
 
 from __future__ import annotations
 
@@ -85,33 +86,69 @@ def test_collect_sft_oreo_evaluate(tmp_path, tiny_server, expert):
 
 def _oreo(run_dir: Path, data: Path, *extra: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "rlvr.cli", "train", "--algo", "oreo", "--dataset", str(data), "--model",
-               "tiny-random", "-o", str(run_dir), *SMALL, "--set", "max_steps=3", "--set", "save_steps=1",
-               "--set", "value_learning_rate=1e-3", *extra]
+               "tiny-random", "-o", str(run_dir), *SMALL, "--set", "max_steps=3", "--set", "value_learning_rate=1e-3",
+               *extra]
     return subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def test_oreo_resumes_exactly_after_sigkill(tmp_path, expert):
-    reference = _oreo(tmp_path / "straight", expert)
-    assert reference.wait(timeout=1200) == 0
-
-    killed = _oreo(tmp_path / "killed", expert)
-    first = tmp_path / "killed" / "checkpoint-1" / "rlvr_state.json"
+def wait_for(path: Path, proc: subprocess.Popen, contains: str = "") -> None:
     deadline = time.time() + 1200
-    while not first.exists() and killed.poll() is None and time.time() < deadline:
-        time.sleep(0.5)
-    assert first.exists(), "the run ended or timed out before its first checkpoint"
-    killed.send_signal(signal.SIGKILL)
-    killed.wait()
-    assert _oreo(tmp_path / "killed", expert, "--resume").wait(timeout=1200) == 0
+    while not (path.exists() and contains in path.read_text()) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert path.exists() and contains in path.read_text(), f"the run ended or timed out first: {proc.poll()}"
 
-    config = json.loads((tmp_path / "killed" / "config.json").read_text())
-    assert config["resumed_from"].endswith("checkpoint-1") or config["resumed_from"].endswith("checkpoint-2")
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, expert) -> Path:
+    """The reference: the same OREO run, never interrupted."""
+    run_dir = tmp_path_factory.mktemp("straight")
+    proc = _oreo(run_dir, expert)
+    assert proc.wait(timeout=1200) == 0, proc.stderr.read()[-3000:]
+    return run_dir
+
+
+def assert_same_run(straight: Path, resumed: Path) -> None:
     for part in ("final", "value"):
-        want = load_file(str(tmp_path / "straight" / part / "model.safetensors"))
-        got = load_file(str(tmp_path / "killed" / part / "model.safetensors"))
+        want = load_file(str(straight / part / "model.safetensors"))
+        got = load_file(str(resumed / part / "model.safetensors"))
         for name, tensor in want.items():
             torch.testing.assert_close(got[name], tensor, rtol=1e-5, atol=1e-6, msg=f"{part}: {name}")
-    logged = [json.loads(x)["step"] for x in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
+    logged = [json.loads(x)["step"] for x in (resumed / "metrics.jsonl").read_text().splitlines()
               if '"loss/value"' in x]
     assert logged == [1, 2, 3]  # every step once: the lines after the checkpoint were dropped and logged again
+
+
+def test_oreo_resumes_exactly_after_sigkill(tmp_path, expert, straight):
+    killed = _oreo(tmp_path, expert, "--set", "save_steps=1")
+    wait_for(tmp_path / "checkpoint-1" / "rlvr_state.json", killed)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert _oreo(tmp_path, expert, "--set", "save_steps=1", "--resume").wait(timeout=1200) == 0
+
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["resumed_from"].endswith("checkpoint-1") or config["resumed_from"].endswith("checkpoint-2")
+    assert_same_run(straight, tmp_path)
+
+
+def test_oreo_stopped_by_sigterm_checkpoints_and_resumes_exactly(tmp_path, expert, straight):
+    """Preemption of an offline recipe: the step under way finishes, its checkpoint is the only one (save_steps is
+    1000), the exit status is 143 and the resume command is printed; --resume then ends where the reference did."""
+    stopped = _oreo(tmp_path, expert)
+    wait_for(tmp_path / "metrics.jsonl", stopped, contains='"loss/value"')  # step 1 done: 2 and 3 are left
+    stopped.send_signal(signal.SIGTERM)
+    err = stopped.communicate(timeout=600)[1]
+    assert stopped.returncode == 143, err[-3000:]
+    checkpoints = sorted(tmp_path.glob("checkpoint-*"))
+    assert len(checkpoints) == 1 and not (tmp_path / "final").exists(), checkpoints
+    step = int(checkpoints[0].name.split("-")[1])
+    assert step in (1, 2)
+    assert f"stopped on SIGTERM at step {step}, checkpoint-{step} written. Continue with: rlvr train --algo oreo" in err
+    assert "--resume" in err and not list(tmp_path.glob(".staging-*"))
+    for name in ("model.safetensors", "value/model.safetensors", "rlvr_state.json", "trainer_state.json"):
+        assert (checkpoints[0] / name).is_file(), name
+
+    resumed = _oreo(tmp_path, expert, "--resume")
+    assert resumed.wait(timeout=1200) == 0, resumed.stderr.read()[-3000:]
+    assert json.loads((tmp_path / "config.json").read_text())["resumed_from"].endswith(f"checkpoint-{step}")
+    assert_same_run(straight, tmp_path)

@@ -8,6 +8,10 @@ Run directory:
                      its optimizer); written atomically, `--resume` continues from the newest
     final/           the trained policy (servable by `rlvr serve`)
     value/           OREO: the value model, for `rlvr evaluate --search beam --value-model DIR/value`
+    wandb/           with `report_to = "wandb"`
+
+SIGTERM / SIGINT stop at the next optimizer step with a checkpoint and raise `Preempted` (status 143 / 130), as
+on-policy training does (rlvr.trainer.faults).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from rlvr.io import atomic_write_json
 from rlvr.offline.trajectories import load_trajectories
 from rlvr.trainer.checkpoint import check_resume, read_run_state
+from rlvr.trainer.faults import Preemption, resume_command, wandb_in_run_dir
 from rlvr.trainer.recipes import trainer_class
 
 
@@ -38,6 +43,11 @@ def train_offline(model: str, config, dataset: str | Path, *, resume: bool | str
     })
     if checkpoint:
         check_resume(read_run_state(Path(checkpoint)), trainer.run_state())
-    trainer.train(resume_from_checkpoint=checkpoint)
+    preemption = Preemption(trainer.accelerator, num_iterations=1)  # every optimizer step is a resumable boundary
+    trainer.add_callback(preemption)
+    with wandb_in_run_dir(run_dir), preemption.signals():
+        trainer.train(resume_from_checkpoint=checkpoint)
+    if preemption.stopped_at is not None:
+        raise preemption.preempted(resume_command(run_dir))
     trainer.save_outputs(run_dir)
     return trainer
