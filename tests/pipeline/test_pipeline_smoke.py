@@ -26,9 +26,10 @@ def pipeline(out: Path, *extra: str) -> subprocess.CompletedProcess:
                *sets, *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline",
            "COLUMNS": "200"}
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2600)
 
 
+@pytest.mark.timeout(2700)  # five vLLM server starts and eight studies' evaluations: ~25 min on 2 loaded cores
 def test_alfworld_pipeline_runs_every_stage_and_resumes_as_done(tiny_model, tmp_path):
     out = tmp_path / "pipeline"
     first = pipeline(out)

@@ -257,3 +257,20 @@ def test_a_study_starts_from_a_trained_model_path_and_names_a_missing_one(tmp_pa
     with pytest.raises(StudyError, match=r"is neither a registered model.*an SFT run's final/ directory"):
         run_study(missing, tmp_path / "study")
     assert not (tmp_path / "study" / "study.json").exists()
+
+
+def test_an_offline_dataset_is_checked_with_the_cells_segmentation(tmp_path):
+    """An expert export has no steps: the check before the server reads it as the cell will (its `segmentation`),
+    and without one says how to segment it."""
+    from rlvr.study.runner import check_offline_datasets
+
+    expert = tmp_path / "expert"
+    expert.mkdir()
+    record = {"example_id": 0, "prompt": [{"role": "user", "content": "task"}], "reward": 1.0,
+              "completion": [{"role": "assistant", "content": "<action>look</action>"}]}
+    (expert / "predictions.jsonl").write_text(json.dumps(record) + "\n")
+    options = {"sft": {"segmentation": "turn"}}
+    check_offline_datasets(settings(algos=["sft"], offline_datasets={"sft": str(expert)}, algo_options=options),
+                           ["sft"])
+    with pytest.raises(StudyError, match=r"sft trains on .*expert, which cannot be read: .*segmentation='turn'"):
+        check_offline_datasets(settings(algos=["sft"], offline_datasets={"sft": str(expert)}), ["sft"])

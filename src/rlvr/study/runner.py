@@ -152,8 +152,8 @@ def check_offline_datasets(settings: StudySettings, algos: list[str]) -> None:
 
     for algo in dict.fromkeys(a for a in algos if is_offline(settings.recipe(a))):
         directory = settings.offline_datasets[algo]
-        try:
-            load_trajectories(directory)
+        try:  # records without steps (an expert export) are segmented as the cell will segment them
+            load_trajectories(directory, settings.cell_training(algo).get("segmentation"))
         except TrajectoryError as err:
             raise StudyError(f"{algo} trains on {directory}, which cannot be read: {err}. Make it first with "
                              f"`rlvr collect --env {settings.env} --model {settings.model} ... -o {directory}` "
