@@ -1,10 +1,13 @@
-"""Faults injected into a real training run (tiny-random, the choice environment, real `rlvr serve`, real signals):
-a kill -9 of the server that the run started, then a SIGTERM while a step trains, then --resume."""
+"""Faults injected into real training runs (tiny-random, the choice environment, real `rlvr serve`, real signals):
+one process: a kill -9 of the server that the run started, a kill of it mid-weight-sync, then a SIGTERM while a
+step trains, then --resume; two processes (torchrun, DDP over gloo): a kill -9 of the server, then a SIGTERM that
+reaches one rank only."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.serve.launch import servers_started_by
+from rlvr.serve.launch import OWNER_ENV, free_port, servers_started_by
 
 pytestmark = pytest.mark.slow
 
@@ -25,71 +28,124 @@ from rlvr.trainer import run_training  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parent / "fault_script.py"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json", "rlvr_state.json")
 
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def start(run: Path, cwd: Path, *args: str) -> subprocess.Popen:
-    cwd.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **OFFLINE}
-    env.pop("WANDB_DIR", None)
-    return subprocess.Popen([sys.executable, str(SCRIPT), "--run-dir", str(run), *args], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+class Training:
+    """A training subprocess whose stderr goes to a file (two ranks and torchrun write more than a pipe holds)."""
+
+    def __init__(self, command: list[str], cwd: Path, stderr: Path, **env: str):
+        cwd.mkdir(parents=True, exist_ok=True)
+        environment = {**os.environ, **OFFLINE, **env}
+        environment.pop("WANDB_DIR", None)
+        self.stderr = stderr
+        with stderr.open("w") as err:
+            self.proc = subprocess.Popen(command, cwd=cwd, env=environment, stdout=subprocess.DEVNULL, stderr=err)
+
+    def err(self) -> str:
+        return self.stderr.read_text()
+
+    def wait_for_batch(self, run: Path, index: int, timeout: float = 600) -> None:
+        deadline = time.time() + timeout
+        while not any(r["batch_index"] == index for r in read_jsonl(run / "rollouts.jsonl")):
+            assert self.proc.poll() is None, f"training exited with {self.proc.returncode}: {self.err()[-3000:]}"
+            assert time.time() < deadline, f"no batch {index} within {timeout} s"
+            time.sleep(0.2)
+
+    def finish(self, timeout: float = 600) -> str:
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        return self.err()
 
 
-def wait_for_batch(run: Path, index: int, proc: subprocess.Popen, timeout: float = 600) -> None:
-    deadline = time.time() + timeout
-    while not any(r["batch_index"] == index for r in read_jsonl(run / "rollouts.jsonl")):
-        assert proc.poll() is None, f"training exited with {proc.returncode}: {proc.stderr.read()[-3000:]}"
-        assert time.time() < deadline, f"no batch {index} within {timeout} s"
-        time.sleep(0.2)
+def launched_ranks(launcher: int) -> dict[int, int]:
+    """rank -> pid of the training processes that torchrun (process `launcher`) started: its descendants with RANK, less the servers (which inherit it from the main rank)."""
+    parents, environs = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environs[int(entry.name)] = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+    descendants, frontier = set(), {launcher}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - descendants
+        descendants |= frontier
+    ranks = {}
+    for pid in descendants:
+        rank = [value for value in environs[pid] if value.startswith(b"RANK=")]
+        if rank and not any(value.startswith(f"{OWNER_ENV}=".encode()) for value in environs[pid]):
+            ranks[int(rank[0].removeprefix(b"RANK="))] = pid
+    return ranks
 
 
-def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return err
+def kill_server(owner: int) -> None:
+    """SIGKILL the process group (API server and engine core) of the server that process `owner` started, as the
+    OOM killer would."""
+    pids = servers_started_by(owner)
+    assert pids, "the run's server is not running"
+    os.killpg(os.getpgid(pids[0]), signal.SIGKILL)
 
 
-def test_a_killed_server_is_restarted_then_sigterm_checkpoints_and_resume_trains_the_same_next_batch(training_server,
-                                                                                                    tmp_path):
-    """One run, two faults (one run costs less than two): kill -9 of the server the run started, then SIGTERM."""
-    run, cwd = tmp_path / "run", tmp_path / "cwd"
-    proc = start(run, cwd, "--report-to", "wandb")  # no --server: run_training starts one
-    wait_for_batch(run, 1, proc)  # step 2 trains, then batch 2 is generated
-    server_pids = servers_started_by(proc.pid)
-    assert server_pids, "the run's server is not running"
-    os.killpg(os.getpgid(server_pids[0]), signal.SIGKILL)  # API server and engine core, as the OOM killer would
-    wait_for_batch(run, 3, proc)  # generated by the restarted server (batch 2 or 3 was generated again)
-    proc.send_signal(signal.SIGTERM)  # while step 4 trains
-    err = finish(proc, timeout=600)
-    assert proc.returncode == 143, err[-3000:]
-    assert "died (exit code -9, killed by SIGKILL): restarting it (restart 1 of 2; its log: " in err, err[-3000:]
-    assert "the rollout server is back at http://127.0.0.1:" in err
+def died(restart: int) -> str:
+    return f"died (exit code -9, killed by SIGKILL): restarting it (restart {restart} of 2; its log: "
 
+
+def check_stopped_run(run: Path, err: str, processes: int = 1) -> int:
+    """One complete checkpoint (the preemption's: save_steps is 1000; one RNG state per process), no partial one,
+    every batch generated and trained once; returns its step."""
     checkpoints = sorted(run.glob("checkpoint-*"))
-    assert len(checkpoints) == 1, checkpoints  # save_steps is 1000: this is the preemption's checkpoint
+    assert len(checkpoints) == 1, checkpoints
     stopped = int(checkpoints[0].name.split("-")[1])
-    assert stopped >= 4  # the step in progress finished (later ones too if the signal came after it ended)
-    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json",
-                 "rlvr_state.json"):
+    rng_states = ["rng_state.pth"] if processes == 1 else [f"rng_state_{rank}.pth" for rank in range(processes)]
+    for name in (*CHECKPOINT_FILES, *rng_states):
         assert (checkpoints[0] / name).is_file(), name
     assert not list(run.glob(".staging-*"))
-    assert f"stopped on SIGTERM at step {stopped}, checkpoint-{stopped} written. Continue with:" in err
     assert "--resume" in err and not (run / "final").exists()
+    # a batch whose generation or sync the kill interrupted was generated again after the restart, and only then
+    assert [b["batch_index"] for b in read_jsonl(run / "rollouts.jsonl")] == list(range(stopped))
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl") if "loss" in r] == list(range(1, stopped + 1))
+    return stopped
+
+
+def test_a_server_killed_mid_generation_then_mid_sync_is_restarted_then_sigterm_checkpoints_and_resume_goes_on(
+        training_server, tmp_path):
+    """One run, three faults (one run costs less than three): kill -9 of the server the run started after batch 1,
+    a kill of the restarted one while the weights of step 5 are pushed (both restarts of the run's budget), then
+    SIGTERM."""
+    run, cwd = tmp_path / "run", tmp_path / "cwd"
+    training = Training([sys.executable, str(SCRIPT), "--run-dir", str(run), "--report-to", "wandb",
+                         "--kill-server-in-sync-at-step", "5"], cwd, tmp_path / "stderr.txt")  # no --server
+    proc = training.proc
+    training.wait_for_batch(run, 1)  # step 2 trains, then batch 2 is generated
+    kill_server(proc.pid)
+    training.wait_for_batch(run, 6)  # batch 5 came from the server restarted after the sync's kill
+    proc.send_signal(signal.SIGTERM)  # while step 7 trains
+    err = training.finish()
+    assert proc.returncode == 143, err[-3000:]
+    assert died(1) in err, err[-3000:]
+    assert "fault_script: the weight sync at step 5 failed" in err, err[-3000:]
+    assert died(2) in err, err[-3000:]
+    assert err.count("the rollout server is back at http://127.0.0.1:") == 2
+
+    stopped = check_stopped_run(run, err)
+    assert stopped >= 7  # the step in progress finished (later ones too if the signal came after it ended)
+    assert f"stopped on SIGTERM at step {stopped}, checkpoint-{stopped} written. Continue with:" in err
     assert not servers_started_by(proc.pid)  # the restarted server was stopped with the run
-    # every batch trained once, the one the kill interrupted after the restart
-    assert sorted({b["batch_index"] for b in read_jsonl(run / "rollouts.jsonl")}) == list(range(stopped))
     # files in their place: wandb wrote under the run directory, nothing in the working directory
     assert list((run / "wandb").glob("offline-run-*")), list(run.iterdir())
     assert list(cwd.iterdir()) == []
 
-    saved = json.loads((checkpoints[0] / "rlvr_state.json").read_text())
+    saved = json.loads((run / f"checkpoint-{stopped}" / "rlvr_state.json").read_text())
     assert saved["global_step"] == stopped and saved["next_batch_index"] == stopped
     # the session's shared training server (make test starts it anyway): the resumed run pushes its weights first
     run_training(load_environment(), "tiny-random", config(str(run), stopped + 1, micro_batch_size=4),
@@ -101,3 +157,37 @@ def test_a_killed_server_is_restarted_then_sigterm_checkpoints_and_resume_trains
     steps = [r["step"] for r in read_jsonl(run / "metrics.jsonl") if "loss" in r]
     assert steps == list(range(1, stopped + 2))
     assert (run / "final" / "model.safetensors").is_file()
+
+
+def test_two_processes_restart_a_killed_server_and_stop_together_when_one_rank_gets_sigterm(tmp_path):
+    """Two ranks on CPU (DDP over gloo); the main one starts the server. A kill -9 of it: the main process restarts
+    it and pushes the weights alone while rank 1 waits in the batch's broadcast. Then SIGTERM to rank 1 only: the
+    ranks agree on the step, both stop there with one checkpoint and exit 143.
+
+    torchrun starts the ranks, as `accelerate launch` does on GPUs: on CPU (MULTI_CPU without an mpirun hostfile)
+    `accelerate launch` starts a single process."""
+    run = tmp_path / "run"
+    training = Training([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                         str(free_port()), str(SCRIPT), "--run-dir", str(run)], tmp_path / "cwd", tmp_path / "stderr.txt",
+                        OMP_NUM_THREADS="1", ACCELERATE_USE_CPU="true")  # two ranks on two cores
+    training.wait_for_batch(run, 1)
+    ranks = launched_ranks(training.proc.pid)
+    assert sorted(ranks) == [0, 1], ranks
+    kill_server(ranks[0])
+    training.wait_for_batch(run, 3)  # generated by the restarted server
+    os.kill(ranks[1], signal.SIGTERM)  # the non-main rank only
+    err = training.finish()
+    assert training.proc.returncode != 0, err[-3000:]  # torchrun reports the ranks' status
+    assert died(1) in err, err[-3000:]
+    assert err.count("the rollout server is back at http://127.0.0.1:") == 1
+    assert err.count("rlvr: SIGTERM received") == 1
+
+    stopped = check_stopped_run(run, err, processes=2)
+    assert stopped >= 4
+    # both ranks stopped at the same step, each with status 143
+    assert err.count(f"stopped on SIGTERM at step {stopped}, checkpoint-{stopped} written. Continue with:") == 2
+    assert sorted(re.findall(r"fault_script: rank (\d) exits with status (-?\d+)", err)) == [("0", "143"),
+                                                                                         ("1", "143")]
+    # torchrun's summary: the first rank to exit; it SIGTERMs the other if that one is still shutting down
+    assert re.search(r"exitcode\s*:\s*143", err), err[-3000:]
+    assert not servers_started_by(ranks[0])  # the restarted server was stopped with the run

@@ -47,10 +47,15 @@ class Server:
     # The launched process, when this process started it: `exit_code` tells a dead server from a hung one.
     process: subprocess.Popen | None = field(default=None, compare=False, repr=False)
 
-    def exit_code(self) -> int | None:
-        """The server's exit status once it has exited (negative: killed by that signal); None while it runs or
-        when this process did not start it."""
-        return None if self.process is None else self.process.poll()
+    def exit_code(self, wait_s: float = 0.0) -> int | None:
+        """The server's exit status once it has exited (negative: killed by that signal), waiting up to `wait_s`
+        seconds for it; None while it runs or when this process did not start it."""
+        if self.process is None:
+            return None
+        try:
+            return self.process.wait(timeout=wait_s) if wait_s > 0 else self.process.poll()
+        except subprocess.TimeoutExpired:
+            return None
 
     def kill(self) -> None:
         """SIGKILL the server's process group (API server and engine core) and reap it: a hung server may not

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 SERVER_LOG_LINES = 20
+EXIT_WAIT_S = 2.0  # how long a server whose connection broke gets to be reaped
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -85,15 +86,22 @@ class ServerWatch:
 
     def diagnosis(self) -> str | None:
         """What is wrong with the server ("died (exit code N)", "does not answer /health ..."), None if healthy."""
-        if self.started is not None:
-            code = self.started.exit_code()
-            if code is not None:
-                return f"died ({describe_exit(code)})"
+        died = self.died()
+        if died:
+            return died
         try:
             status = httpx.get(f"{self.url}/health", timeout=self.health_timeout).status_code
         except httpx.HTTPError as err:
-            return f"does not answer {self.url}/health within {self.health_timeout:.0f} s ({type(err).__name__})"
+            # A server killed mid-request has closed its sockets a moment before it can be reaped: a refused or
+            # reset connection may come first, so its exit is waited for briefly before calling it silent.
+            return self.died(EXIT_WAIT_S) or (f"does not answer {self.url}/health within {self.health_timeout:.0f} "
+                                              f"s ({type(err).__name__})")
         return None if status == 200 else f"answers {self.url}/health with HTTP {status}"
+
+    def died(self, wait_s: float = 0.0) -> str | None:
+        """"died (exit code N)" once the server this run started has exited (waited for up to `wait_s`)."""
+        code = None if self.started is None else self.started.exit_code(wait_s)
+        return None if code is None else f"died ({describe_exit(code)})"
 
     def message(self, problem: str) -> str:
         if self.started is not None:

@@ -52,6 +52,7 @@ from rlvr.trainer import token_log
 from rlvr.trainer.batching import RolloutSamples, Sample, rollout_samples, split_batch, trained_samples
 from rlvr.trainer.checkpoint import RunState
 from rlvr.trainer.config import OnPolicyConfig
+from rlvr.trainer.faults import ServerDown
 from rlvr.trainer.hf_overrides import TransformersOverrides
 from rlvr.trainer.loss import policy_loss
 from rlvr.trainer.metrics import JsonlMetricsCallback, RichProgressCallback, batch_metrics, staleness_metrics
@@ -346,21 +347,38 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
             self._pending["sync/max_abs_logprob_diff_before"] = self.weight_sync_error()
         start = time.perf_counter()
         model = self.accelerator.unwrap_model(self.model)
+        failed = None
         with self.gathered_parameters(model):
             if self.accelerator.is_main_process:
-                self.rollouts.update_weights(served_tensors(model),
-                                             policy_version=self.state.global_step // self.args.num_iterations)
+                try:
+                    self.push_weights(model)
+                except Exception as err:  # the server died mid-sync: raised after the barrier (recover_batch)
+                    failed = err
+        # Every process leaves the sync here, failed or not, so that the main process's recovery finds the others
+        # in the batch's broadcast, the next collective.
         self.accelerator.wait_for_everyone()
         self._synced_at_step = self.state.global_step
         self._pending["timing/sync_s"] = time.perf_counter() - start
+        if failed is not None:
+            raise failed
         if verify:
             self._pending["sync/max_abs_logprob_diff"] = self.weight_sync_error()
 
-    def gathered_parameters(self, model):
-        """Under DeepSpeed ZeRO-3 every rank holds a shard of each parameter: gather them for the sync (every rank
-        takes part; the whole model is then resident, as in verifiers' update_vllm under PEFT)."""
+    def push_weights(self, model) -> None:
+        """The main process's part of a sync: the policy's tensors to the server, as version global_step //
+        num_iterations (under ZeRO-3 inside `gathered_parameters`)."""
+        self.rollouts.update_weights(served_tensors(model),
+                                     policy_version=self.state.global_step // self.args.num_iterations)
+
+    def parameters_sharded(self) -> bool:
+        """DeepSpeed ZeRO-3: every rank holds a shard of each parameter, so a push needs every rank."""
         plugin = self.accelerator.state.deepspeed_plugin
-        if plugin is None or plugin.zero_stage != 3:
+        return plugin is not None and plugin.zero_stage == 3
+
+    def gathered_parameters(self, model):
+        """Under ZeRO-3, gather the parameters for the sync (every rank takes part; the whole model is then
+        resident, as in verifiers' update_vllm under PEFT)."""
+        if not self.parameters_sharded():
             return contextlib.nullcontext()
         import deepspeed
 
@@ -381,12 +399,17 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
     def recover_batch(self, batch_index: int, err: Exception) -> TrainBatch:
         """After a failed weight sync or generation (main process): re-raises `err` when the server is healthy;
         otherwise `server_watch` restarts the server or waits for it (or raises ServerDown naming it), and the
-        current weights are pushed and the batch generated again. One process only: with several, the others
-        wait in a collective that the main process left, so the server is named and training stops."""
+        current weights are pushed and the batch generated again.
+
+        The main process does this alone, without collectives: under --num-processes the others wait in the batch's
+        broadcast meanwhile (a sync that failed was left by every process together, `sync_weights`). Under ZeRO-3
+        with several processes a push needs every rank's shards, so there the server is named and training stops.
+        """
         model_name = self.rollouts.model
         self.stop_producer()  # its batches came from the failed server; the next step starts a new one
+        alone = self.accelerator.num_processes == 1 or not self.parameters_sharded()
         while True:
-            url = self.server_watch.recover(err) if self.accelerator.num_processes == 1 else self.server_watch.check(err)
+            url = self.server_watch.recover(err) if alone else self.server_watch.check(err)
             if url is None:
                 raise err
             try:
@@ -394,7 +417,9 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
                     self.rollouts.close()
                     self.rollouts = None
                 self.rollouts = self.connect(url, model_name, self.processing_class)
-                self.sync_weights()  # a restarted server holds the base weights
+                model = self.accelerator.unwrap_model(self.model)
+                with self.gathered_parameters(model):  # one process under ZeRO-3: its own, whole parameters
+                    self.push_weights(model)  # a restarted server holds the base weights
                 return self.make_batch(batch_index, self.generate_batch(batch_index))
             except Exception as again:  # the new server failed too: the watch decides again (its retries are bounded)
                 err = again
@@ -406,15 +431,24 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         iteration = step % args.num_iterations
         fresh = iteration == 0 or self._batch is None
         if fresh:
+            batch: list[TrainBatch | ServerDown | None] = [None]
             try:
                 if self._synced_at_step != step:
                     self.sync_weights()
-                batch = [self.next_batch(step // args.num_iterations) if self.accelerator.is_main_process else None]
+                if self.accelerator.is_main_process:
+                    batch = [self.next_batch(step // args.num_iterations)]
             except Exception as err:
                 if self.server_watch is None:
                     raise
-                batch = [self.recover_batch(step // args.num_iterations, err)]
+                try:
+                    batch = [self.recover_batch(step // args.num_iterations, err)]
+                except ServerDown as down:
+                    if self.accelerator.num_processes == 1:
+                        raise
+                    batch = [down]  # the other processes wait in the broadcast: all of them stop with it
             broadcast_object_list(batch, from_process=0)
+            if isinstance(batch[0], ServerDown):
+                raise batch[0]
             self._batch = batch[0]
         batch = self._batch
 

@@ -100,9 +100,10 @@ def run_training(
     resume: True continues from the newest checkpoint in run_dir if there is one; a path resumes from it.
 
     Faults (rlvr.trainer.faults): a rollout server that dies or stops answering is restarted (one this run started)
-    or waited for (the user's), then the batch is generated again; if that fails (or under --num-processes),
-    training stops with `ServerDown` (its URL, exit code, log tail and the resume command); SIGTERM / SIGINT stop
-    at the next step boundary with a checkpoint and raise `Preempted` (a SystemExit with status 143 / 130).
+    or waited for (the user's), then the batch is generated again (under --num-processes by the main process alone
+    while the others wait; not under ZeRO-3); if that fails, every process stops with `ServerDown` (its URL, exit
+    code, log tail and the resume command); SIGTERM / SIGINT stop at the next step boundary with a checkpoint and
+    raise `Preempted` (a SystemExit with status 143 / 130).
     """
     if isinstance(env, str):
         env = vf.load_environment(env, **(env_args or {}))
@@ -144,6 +145,10 @@ def run_training(
         with wandb_in_run_dir(run_dir), preemption.signals():
             output = trainer.train(resume_from_checkpoint=checkpoint)
         if preemption.stopped_at is not None:
+            # The server stops first, then every process leaves together: accelerate launch (torchrun) stops the
+            # other processes as soon as one exits (SIGTERM, SIGKILL after 30 s), which would cut the stop short.
+            stack.close()
+            trainer.accelerator.wait_for_everyone()
             raise preemption.preempted(resume_with)
         trainer.save_policy(run_dir / "final")
     return output
