@@ -14,7 +14,7 @@ from train_script import config
 
 from rlvr.trainer import ConfigError, MTGRPOConfig, MTGRPOTrainer, ResumeError, ServerError
 from rlvr.trainer.checkpoint import RunState, check_resume
-from rlvr.trainer.run import accelerate_config, serving_dtype
+from rlvr.trainer.run import accelerate_config, launch_command, serving_dtype
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -78,6 +78,18 @@ def test_a_resume_from_between_two_passes_over_a_batch_is_refused():
 def test_a_server_started_for_the_run_serves_the_training_dtype():
     assert serving_dtype(bf16=False) == "float32" and serving_dtype(bf16=True) == "bfloat16"
     assert serving_dtype(False, ["--dtype", "bfloat16"]) is None  # the user's choice stands
+
+
+def test_several_cpu_processes_are_started_by_torchrun_since_accelerate_launch_would_start_one():
+    cpu, gpu = accelerate_config(2, cuda=False), accelerate_config(2, cuda=True, bf16=True)
+    command, env = launch_command(cpu, 2, ["-m", "rlvr.cli", "train"])
+    assert command[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "rlvr.cli",
+                           "train"]
+    assert env == {"ACCELERATE_USE_CPU": "true"}
+    for config_file, processes in ((gpu, 8), (cpu, 1)):  # torchrun through accelerate, or one process
+        command, env = launch_command(config_file, processes, ["script.py"])
+        assert command[1:] == ["-m", "accelerate.commands.launch", "--config_file", str(config_file), "--num_processes",
+                               str(processes), "script.py"] and env == {}
 
 
 def test_the_accelerate_config_follows_the_device_and_the_training_dtype(tmp_path):

@@ -16,6 +16,7 @@ from choice_env import load_environment
 from train_script import config
 
 from rlvr.trainer import run_training
+from rlvr.trainer.run import launch_command
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "train_script.py"
@@ -130,14 +131,17 @@ def test_sigkill_mid_training_then_resume_takes_the_same_next_batch(training_ser
 
 @pytest.mark.slow
 def test_two_process_cpu_accelerate_launch(training_server, tmp_path):
-    """Two ranks, the main one generating one batch ahead (async_steps = 1) and broadcasting each batch."""
-    command = [sys.executable, "-m", "accelerate.commands.launch",
-               "--config_file", str(REPO / "src" / "rlvr" / "trainer" / "accelerate" / "cpu_ddp.yaml"),
-               str(SCRIPT), "--server", training_server.url, "--run-dir", str(tmp_path), "--steps", "2",
-               "--async-steps", "1"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two ranks on two cores
+    """Two ranks, the main one generating one batch ahead (async_steps = 1) and broadcasting each batch; started
+    as `rlvr train --num-processes 2` starts them (launch_command: torchrun on CPU)."""
+    command, launch_env = launch_command(REPO / "src" / "rlvr" / "trainer" / "accelerate" / "cpu_ddp.yaml", 2, [
+        str(SCRIPT), "--server", training_server.url, "--run-dir", str(tmp_path), "--steps", "2", "--save-steps", "2",
+        "--async-steps", "1"])
+    env = {**os.environ, **launch_env, "OMP_NUM_THREADS": "1"}  # two ranks on two cores
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
+    # two ranks trained: each saved its RNG state (transformers names them by process index only when there are more)
+    assert sorted(p.name for p in (tmp_path / "checkpoint-2").glob("rng_state*")) == ["rng_state_0.pth",
+                                                                                       "rng_state_1.pth"]
     records = step_records(tmp_path)
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["batch/samples"] >= 16 for r in records)

@@ -13,7 +13,6 @@ import difflib
 import json
 import os
 import subprocess
-import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -200,12 +199,13 @@ def train(
 
 
 def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: Path | None) -> None:
-    """Run the plan under `accelerate launch`; the rollout server is started once here, outside the workers."""
+    """Run the plan in `num_processes` workers (`launch_command`); the rollout server is started once here, outside
+    the workers."""
     from rlvr.io import atomic_write_json
     from rlvr.serve import launch
     from rlvr.trainer import ConfigError
     from rlvr.trainer.run import accelerate_config as choose_config
-    from rlvr.trainer.run import serving_dtype
+    from rlvr.trainer.run import launch_command, serving_dtype
 
     bf16 = bool(plan.training.get("bf16", False))
     try:
@@ -216,11 +216,10 @@ def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: P
     def run(url: str) -> None:
         plan_file = Path(plan.run_dir) / PLAN_FILE
         atomic_write_json(plan_file, dataclasses.asdict(dataclasses.replace(plan, server=url)))
-        command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
-                   "--num_processes", str(num_processes), "-m", "rlvr.cli", "train"]
-        result = subprocess.run(command, env={**os.environ, LAUNCHED_ENV: str(plan_file.resolve())})
+        command, env = launch_command(config_file, num_processes, ["-m", "rlvr.cli", "train"])
+        result = subprocess.run(command, env={**os.environ, **env, LAUNCHED_ENV: str(plan_file.resolve())})
         if result.returncode:
-            raise fail(f"accelerate launch exited with {result.returncode}", code=result.returncode)
+            raise fail(f"{command[2]} exited with {result.returncode}", code=result.returncode)
 
     if plan.server:
         run(plan.server)

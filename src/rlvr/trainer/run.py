@@ -15,6 +15,7 @@ Each file's format: docs/run-files.md.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -77,6 +78,25 @@ def accelerate_config(num_processes: int, config_file: str | Path | None = None,
         raise ConfigError(f"accelerate config {path} sets mixed_precision: {mixed} but the training config has "
                           f"bf16={bf16}: make them agree (e.g. --set bf16={str(mixed == 'bf16').lower()})")
     return path
+
+
+def launch_command(config_file: str | Path, num_processes: int, program: Sequence[str]) -> tuple[list[str], dict]:
+    """The command line that starts `num_processes` training processes running `program` (a script and its
+    arguments, or "-m", a module and its arguments) under `config_file`, and what it adds to the environment.
+
+    `accelerate launch` starts ranks with torchrun for GPU configs, but for a MULTI_CPU config without an mpirun
+    hostfile it falls back to its simple launcher: one process, whatever num_processes says. There torchrun starts
+    the ranks itself and ACCELERATE_USE_CPU keeps accelerate on CPU (DDP over gloo), as the config asks.
+    """
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import DistributedType
+
+    loaded = load_config_from_file(str(config_file))
+    if num_processes > 1 and loaded.distributed_type == DistributedType.MULTI_CPU and not loaded.mpirun_config:
+        return ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                 str(num_processes), *program], {"ACCELERATE_USE_CPU": "true"})
+    return ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
+             "--num_processes", str(num_processes), *program], {})
 
 
 def run_training(
