@@ -1,5 +1,5 @@
-# rlvr: `make demo` runs the main job, `make test` the whole suite, `make test-fast` the tests that start no vLLM
-# server or training run (-m "not slow", a few minutes). All set themselves up first.
+# rlvr: `make demo` runs the main job, `make test` the whole suite but the pipeline smoke runs (`make test-long`,
+# marker long), `make test-fast` the tests that start no vLLM server or training run (-m "not slow"). All set up first.
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +9,7 @@ OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_M
 LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet
 
-.PHONY: setup test test-fast gpu-check gpu-bundle fuzz demo bench lint lock lock-check clean
+.PHONY: setup test test-fast test-long gpu-check gpu-bundle fuzz demo bench lint lock lock-check clean
 
 setup: $(STAMP)
 
@@ -18,7 +18,12 @@ $(STAMP):
 	rm -f $(VENV)/.setup-* && touch $@
 
 test: setup lock-check
-	$(OFFLINE) $(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS); rc=$$?; \
+	$(OFFLINE) $(BIN)/python -m pytest -m "not long" --durations=30 $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+# Whole benchmark pipelines end to end at the smallest scale (marker `long`, 20+ min each): `rlvr pipeline`'s smoke.
+test-long: setup
+	$(OFFLINE) $(BIN)/python -m pytest -m long $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-fast: setup

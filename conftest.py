@@ -136,6 +136,13 @@ def vf_eval():
 SERVER_FIXTURES = frozenset({"tiny_server", "smol_server", "training_server"})
 
 
+# End-to-end runs of a whole benchmark pipeline (20+ minutes each on 2 cores) carry `long` (and `slow`): `make test`
+# leaves them to `make test-long`, which keeps the suite's time bounded. Registered here (pyproject's list is part of
+# the setup stamp).
+def pytest_configure(config):
+    config.addinivalue_line("markers", "long: a whole pipeline end to end (20+ min): `make test-long`, not `make test`")
+
+
 # The GPU checks (tests/gpu, marker `gpu`) run where torch sees a CUDA device (`make gpu-check`); elsewhere they are
 # skipped, saying so. RLVR_GPU_CHECK_DEVICE=cpu runs them on CPU: a dry run of their logic (tests/gpu/conftest.py).
 GPU_SKIP_REASON = "needs a CUDA device (make gpu-check on a GPU machine)"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # `make test-long`: about 25 min, too long for `make test`
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALLEST = {"model": "tiny-random", "seeds": "0", "train_games": "8", "collect_games": "1", "eval_games": "1",
