@@ -191,3 +191,49 @@ def test_two_processes_restart_a_killed_server_and_stop_together_when_one_rank_g
     # torchrun's summary: the first rank to exit; it SIGTERMs the other if that one is still shutting down
     assert re.search(r"exitcode\s*:\s*143", err), err[-3000:]
     assert not servers_started_by(ranks[0])  # the restarted server was stopped with the run
+
+
+LAUNCHED_CONFIG = """\
+env = "vf-triviaqa-search"
+model = "tiny-random"
+algo = "grpo_mr"
+
+[env_args]
+protocol = "search"
+num_train_examples = 8
+num_eval_examples = 2
+max_turns = 2
+
+[training]
+max_steps = 4
+batch_size = 8
+rollouts_per_example = 4
+micro_batch_size = 4
+max_tokens_per_turn = 4
+max_seq_len = 512
+use_lora = false
+logging_steps = 1
+report_to = "none"
+progress = false
+"""
+
+
+def test_the_server_of_rlvr_train_num_processes_is_restarted_by_the_launcher(tmp_path):
+    """`rlvr train --num-processes 2` starts the server in its launcher, outside the ranks: to them it is a
+    `--server`, waited for. A kill -9 of it: the launcher restarts it on its port (LauncherServer), the main rank
+    finds it back, pushes the weights, generates the batch again, and the run finishes with every batch trained once."""
+    (tmp_path / "tiny.toml").write_text(LAUNCHED_CONFIG)
+    run = tmp_path / "run"
+    training = Training([sys.executable, "-m", "rlvr.cli", "train", "--config", str(tmp_path / "tiny.toml"),
+                         "--num-processes", "2", "--run-dir", str(run)], tmp_path / "cwd", tmp_path / "stderr.txt",
+                        OMP_NUM_THREADS="1")
+    training.wait_for_batch(run, 1)
+    kill_server(training.proc.pid)
+    err = training.finish(timeout=900)
+    assert training.proc.returncode == 0, err[-3000:]
+    assert died(1) in err and err.count("the rollout server is back at http://127.0.0.1:") == 1, err[-3000:]
+    assert "answers again: the current weights are pushed" in err, err[-3000:]  # the main rank waited for it
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl") if "loss" in r] == [1, 2, 3, 4]
+    assert sorted(r["batch_index"] for r in read_jsonl(run / "rollouts.jsonl")) == [0, 1, 2, 3]
+    assert (run / "final" / "model.safetensors").is_file()
+    assert not servers_started_by(training.proc.pid)  # the restarted server stopped with the launcher

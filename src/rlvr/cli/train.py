@@ -8,6 +8,7 @@ so the workers train with exactly the resolved values.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -200,10 +201,11 @@ def train(
 
 def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: Path | None) -> None:
     """Run the plan in `num_processes` workers (`launch_command`); the rollout server is started once here, outside
-    the workers."""
+    the workers, and restarted here if it dies (`LauncherServer`)."""
     from rlvr.io import atomic_write_json
     from rlvr.serve import launch
     from rlvr.trainer import ConfigError
+    from rlvr.trainer.faults import LauncherServer
     from rlvr.trainer.run import accelerate_config as choose_config
     from rlvr.trainer.run import launch_command, serving_dtype
 
@@ -213,19 +215,25 @@ def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: P
     except ConfigError as err:
         raise fail(str(err)) from err
 
-    def run(url: str) -> None:
+    def run(url: str, supervise=lambda: None) -> None:
         plan_file = Path(plan.run_dir) / PLAN_FILE
         atomic_write_json(plan_file, dataclasses.asdict(dataclasses.replace(plan, server=url)))
         command, env = launch_command(config_file, num_processes, ["-m", "rlvr.cli", "train"])
-        result = subprocess.run(command, env={**os.environ, **env, LAUNCHED_ENV: str(plan_file.resolve())})
-        if result.returncode:
-            raise fail(f"{command[2]} exited with {result.returncode}", code=result.returncode)
+        workers = subprocess.Popen(command, env={**os.environ, **env, LAUNCHED_ENV: str(plan_file.resolve())})
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C reached the ranks too: they stop with a checkpoint
+            while workers.poll() is None:
+                supervise()
+                time.sleep(1.0)
+        if workers.wait():
+            raise fail(f"{command[2]} exited with {workers.returncode}", code=workers.returncode)
 
     if plan.server:
         run(plan.server)
     else:
-        with launch(model=plan.model, dtype=serving_dtype(bf16)) as started:
-            run(started.url)
+        with contextlib.ExitStack() as stack:
+            server = LauncherServer(lambda port: stack.enter_context(
+                launch(model=plan.model, port=port, dtype=serving_dtype(bf16))))
+            run(server.server.url, server.check)
 
 
 def demo(

@@ -170,6 +170,36 @@ class ServerWatch:
         raise ServerDown(self.message(f"{problem} (waited {waited:g} s)")) from cause
 
 
+class LauncherServer:
+    """The server `rlvr train --num-processes` starts in the launcher, outside the ranks. To them it is a `--server`,
+    waited for when it stops answering; so the launcher, which owns it, restarts it on its port when it dies (at most
+    `max_restarts` times per run, each logged with its log file). The main rank, waiting, finds it back, pushes the
+    weights and generates the batch again (`ServerWatch.waited_for`).
+
+    start(port): a new server (None: any free port), kept running until the launcher exits.
+    """
+
+    def __init__(self, start: Callable[[int | None], Server], max_restarts: int = 2):
+        self.start, self.max_restarts, self.restarts = start, max_restarts, 0
+        self.server = start(None)
+
+    def check(self) -> None:
+        """Restart the server if it has died and restarts are left; call it while the ranks run."""
+        code = self.server.exit_code()
+        if code is None or self.restarts >= self.max_restarts:
+            return
+        self.restarts += 1
+        logger.warning(f"the rollout server {self.server.url} died ({describe_exit(code)}): restarting it (restart "
+                       f"{self.restarts} of {self.max_restarts}; its log: {self.server.log_file})")
+        try:
+            self.server = self.start(self.server.port)
+        except Exception as err:  # the ranks' wait for it runs out and names it (ServerDown)
+            self.restarts = self.max_restarts
+            logger.error(f"the rollout server did not come back: {err}")
+            return
+        logger.warning(f"the rollout server is back at {self.server.url}")
+
+
 class Preempted(SystemExit):
     """Training stopped on a signal after writing a checkpoint; the exit status is 128 + the signal number (143 for
     SIGTERM, 130 for SIGINT), as a shell reports a process killed by it."""
