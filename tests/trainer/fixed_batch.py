@@ -54,7 +54,7 @@ class FixedBatchTrainer(MTGRPOTrainer):
         return None  # nothing to generate: make_batch hands out the fixed samples
 
     def make_batch(self, batch_index: int, generated: None) -> TrainBatch:
-        micro = split_batch(self.samples, self.accelerator.num_processes, self.processing_class.pad_token_id,
+        micro = split_batch(self.forwarded_samples(self.samples), self.accelerator.num_processes, self.processing_class.pad_token_id,
                             max_samples=self.args.micro_batch_size, max_tokens=self.args.micro_batch_tokens)
         return TrainBatch(batch_index, micro, sum(sum(s.loss_mask) for s in self.samples))
 

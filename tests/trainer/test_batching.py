@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from rlvr.credit import TurnTokens
 from rlvr.rollouts import Rollout, Turn
-from rlvr.trainer.batching import Sample, rollout_samples, split_batch
+from rlvr.trainer.batching import Sample, moving_samples, rollout_samples, split_batch
 
 
 def turn(prompt, completion, logprobs=None):
@@ -91,3 +91,24 @@ def test_split_keeps_every_sample_once_within_its_limits(lengths, procs, micro, 
     assert len({len(p) for p in split}) == 1 and all(1 <= len(mb) <= micro for p in split for mb in p)
     if budget is not None:  # a micro-batch over the budget holds a single sample that alone exceeds it
         assert all(len(mb) * max(map(len, mb)) <= budget or len(mb) == 1 for p in split for mb in p)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from([0.0, 0.0, 1.5, -0.5]), min_size=1, max_size=6),
+                          st.lists(st.booleans(), min_size=6, max_size=6), st.booleans()), max_size=8))
+def test_moving_samples_keep_exactly_those_with_a_trained_nonzero_advantage_or_a_logged_credit(specs):
+    samples = []
+    for advantages, mask, logged in specs:
+        n = len(advantages)
+        samples.append(Sample([1] * n, [int(m) for m in mask[:n]], [0.0] * n, advantages, [0] * n,
+                              log_key=(len(samples), 0) if logged else None))
+    kept = moving_samples(samples)
+    expected = [s for s in samples
+                if s.log_key is not None or any(a != 0.0 and m for a, m in zip(s.advantages, s.loss_mask, strict=True))]
+    assert [id(s) for s in kept] == [id(s) for s in expected]  # in order, each once
+
+
+def test_an_untrained_nonzero_advantage_does_not_make_a_sample_move():
+    still = Sample([1, 2, 3], [0, 1, 1], [0.0] * 3, [7.0, 0.0, 0.0], [-1, 0, 0])  # the 7 sits on a prompt token
+    moving = Sample([1, 2, 3], [0, 1, 1], [0.0] * 3, [0.0, 0.0, -0.25], [-1, 0, 0])
+    assert moving_samples([still, moving]) == [moving]

@@ -115,6 +115,35 @@ def test_a_nan_on_an_untrained_token_changes_nothing_and_on_a_trained_one_skips_
     assert steps[-1]["train/skipped_steps_total"] == 2.0 and trainer.skipped_steps == 2
 
 
+def test_samples_of_zero_advantage_are_skipped_without_changing_the_update(tiny, tmp_path):
+    """A group that all won or all lost has advantage 0 on every token: with beta = 0 its samples' gradient is
+    exactly zero, so skipping them (skip_zero_advantage) must leave the update as it was while forwarding fewer
+    tokens. SGD, so that the weights' change is the gradient itself (Adam would magnify rounding noise on
+    near-zero gradients); two steps, so that the second forward sees weights the first step moved."""
+    samples = random_samples(tiny, 8)
+    for i in (1, 2, 5, 6):  # half the batch: two all-zero pairs, so whole micro-batches drop out
+        s = samples[i]
+        samples[i] = Sample(s.input_ids, s.loss_mask, s.behavior_logprobs, [0.0] * len(s), s.turn_index)
+    runs, forwarded = {}, {}
+    for skip in (False, True):
+        cfg = fixed_batch_config(tmp_path / str(skip), micro_batch_size=2, max_steps=2, optim="sgd",
+                                 skip_zero_advantage=skip)
+        trainer = FixedBatchTrainer("tiny-random", cfg, samples)
+        trainer.train()
+        runs[skip] = weights(trainer)
+        records = [json.loads(x) for x in (tmp_path / str(skip) / "metrics.jsonl").read_text().splitlines()]
+        forwarded[skip] = [r["tokens/training_per_s"] * r["timing/training_s"] for r in records if "loss" in r]
+    initial = AutoModelForCausalLM.from_pretrained(resolve("tiny-random"), dtype=torch.float32).state_dict()
+    assert any(not torch.equal(runs[True][k], initial[k]) for k in initial)  # it did train
+    for k in runs[False]:
+        torch.testing.assert_close(runs[True][k], runs[False][k], rtol=1e-5, atol=1e-7)
+    assert forwarded[True] == pytest.approx([4 * 12, 4 * 12]) and forwarded[False] == pytest.approx([8 * 12, 8 * 12])
+
+    # a KL term has a gradient on every token: then nothing is skipped
+    trainer = FixedBatchTrainer("tiny-random", fixed_batch_config(tmp_path / "kl", beta=0.1), samples)
+    assert trainer.forwarded_samples(samples) == samples
+
+
 class NCCLClientStandIn:
     """The calls verifiers' VLLMClient receives during a weight update (NCCL itself needs GPUs)."""
 

@@ -79,6 +79,16 @@ def trained_samples(rollouts: Sequence[Rollout], samples: Sequence[RolloutSample
             for s in rs.samples]
 
 
+def moving_samples(samples: Sequence[Sample]) -> list[Sample]:
+    """The samples that can move the policy when the loss has no KL term (beta = 0): those with a trained token of
+    non-zero advantage. Every policy loss in loss.py is a ratio term times the token's advantage, so a token of
+    advantage 0 has loss 0 and gradient 0 whatever the ratio; leaving such samples out of the forward and backward
+    passes changes no gradient as long as the loss keeps the whole batch's token count as its denominator. Samples
+    whose credit is logged (`log_key`) stay, so token_credit.jsonl keeps their logprobs."""
+    return [s for s in samples
+            if s.log_key is not None or any(a != 0.0 for a, m in zip(s.advantages, s.loss_mask, strict=True) if m)]
+
+
 def _micro_batches(samples: list[Sample], max_samples: int | None, max_tokens: int | None) -> list[list[Sample]]:
     """Consecutive samples (longest first) fill a micro-batch while it keeps at most `max_samples` samples and at
     most `max_tokens` padded tokens (samples x longest length). A sample longer than the budget goes alone."""

@@ -57,6 +57,14 @@ class OnPolicyConfig(RLConfig):
     epsilon_low: float = field(default=0.2, metadata={"help": "PPO clip: ratio floor is 1 - epsilon_low."})
     epsilon_high: float = field(default=0.2, metadata={"help": "PPO clip: ratio ceiling is 1 + epsilon_high."})
     beta: float = field(default=0.0, metadata={"help": "KL penalty coefficient to the reference model (0 = off)."})
+    skip_zero_advantage: bool = field(
+        default=True,
+        metadata={"help": "With beta = 0, leave out of the forward and backward passes the samples whose trained "
+                  "tokens all have advantage 0 (a group whose rollouts all won or all lost): their gradient is "
+                  "exactly zero, and the loss keeps the whole batch's token count as its denominator, so the update "
+                  "is the same. The per-token statistics (train/ratio, entropy, mismatch_kl) then cover the "
+                  "forwarded samples. PPO forwards every sample (its critic trains on them)."},
+    )
     num_iterations: int = field(
         default=1, metadata={"help": "Optimizer steps per generated batch (the MT-GRPO paper uses 2)."}
     )

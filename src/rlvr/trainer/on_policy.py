@@ -49,7 +49,14 @@ from verifiers.utils.message_utils import messages_to_printable
 from rlvr.io import append_jsonl
 from rlvr.rollouts import Rollout
 from rlvr.trainer import token_log
-from rlvr.trainer.batching import RolloutSamples, Sample, rollout_samples, split_batch, trained_samples
+from rlvr.trainer.batching import (
+    RolloutSamples,
+    Sample,
+    moving_samples,
+    rollout_samples,
+    split_batch,
+    trained_samples,
+)
 from rlvr.trainer.checkpoint import RunState
 from rlvr.trainer.config import OnPolicyConfig
 from rlvr.trainer.faults import ServerDown
@@ -302,7 +309,8 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
             raise RuntimeError(f"batch {batch_index}: no rollout produced an assistant turn; errors: {errors}")
         metrics = batch_metrics(rollouts, per_rollout)
         trained = trained_samples(rollouts, per_rollout, args.mask_truncated_completions)
-        micro = split_batch(trained, self.accelerator.num_processes, self.processing_class.pad_token_id,
+        forwarded = self.forwarded_samples(trained)
+        micro = split_batch(forwarded, self.accelerator.num_processes, self.processing_class.pad_token_id,
                             max_samples=args.micro_batch_size, max_tokens=args.micro_batch_tokens)
         metrics.update({
             "timing/generation_s": generated.generation_s, "timing/scoring_s": generated.scoring_s,
@@ -310,6 +318,7 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
             "batch/truncated_fraction": sum(r.truncated for r in rollouts) / len(rollouts),
             "batch/max_sample_tokens": float(max((len(s) for s in trained), default=0)),
             "batch/microbatches": float(len(micro[0])),
+            "batch/skipped_zero_advantage_fraction": 1.0 - len(forwarded) / max(len(trained), 1),
             **staleness_metrics(rollouts, trained, version=batch_index, bound=args.async_steps),
         })
         self.log_rollouts(batch_index, rollouts, per_rollout)
@@ -318,6 +327,13 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
                 self.state.global_step, batch_index, rollouts[:logged], per_rollout[:logged],
                 [not (args.mask_truncated_completions and r.truncated) for r in rollouts[:logged]])
         return TrainBatch(batch_index, micro, sum(sum(s.loss_mask) for s in trained), metrics)
+
+    def forwarded_samples(self, trained: list[Sample]) -> list[Sample]:
+        """The trained samples that go through forward and backward (all of them when a KL term or a subclass
+        needs every sample); the loss still divides by every trained token of the batch."""
+        if self.args.skip_zero_advantage and self.args.beta == 0:
+            return moving_samples(trained)
+        return trained
 
     def log_rollouts(self, batch_index: int, rollouts: list[Rollout], samples: list[RolloutSamples]) -> None:
         """One line per generated batch in rollouts.jsonl: the batch's example ids and a few full rollouts."""

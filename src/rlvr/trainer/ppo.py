@@ -264,6 +264,9 @@ class PPOTrainer(OnPolicyTrainer):
         """The values GAE used (the batch's old values; split_batch's filler has none)."""
         return sample.old_values if isinstance(sample, ValueSample) else None
 
+    def forwarded_samples(self, trained: list[Sample]) -> list[Sample]:
+        return trained  # the critic's update goes through the same micro-batches and trains on every sample
+
     def make_batch(self, batch_index: int, generated: GeneratedBatch) -> TrainBatch:
         batch = super().make_batch(batch_index, generated)
         return dataclasses.replace(batch, metrics={**batch.metrics, **self._credit_metrics})
