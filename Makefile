@@ -21,7 +21,8 @@ test: setup lock-check
 	$(OFFLINE) $(BIN)/python -m pytest -m "not long" --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
-# Whole benchmark pipelines end to end at the smallest scale (marker `long`, 20+ min each): `rlvr pipeline`'s smoke.
+# Whole benchmark pipelines end to end at the smallest scale (marker `long`, 20+ min each: `rlvr pipeline`'s smoke)
+# and the extra seeds of learning checks whose first seed runs in `make test`.
 test-long: setup
 	$(OFFLINE) $(BIN)/python -m pytest -m long $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc

@@ -140,7 +140,8 @@ SERVER_FIXTURES = frozenset({"tiny_server", "smol_server", "training_server"})
 # leaves them to `make test-long`, which keeps the suite's time bounded. Registered here (pyproject's list is part of
 # the setup stamp).
 def pytest_configure(config):
-    config.addinivalue_line("markers", "long: a whole pipeline end to end (20+ min): `make test-long`, not `make test`")
+    config.addinivalue_line("markers", "long: whole pipelines end to end (20+ min) and the extra seeds of learning "
+                            "checks: `make test-long`, not `make test`")
 
 
 # The GPU checks (tests/gpu, marker `gpu`) run where torch sees a CUDA device (`make gpu-check`); elsewhere they are
