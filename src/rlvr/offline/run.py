@@ -23,7 +23,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from rlvr.io import atomic_write_json
 from rlvr.offline.trajectories import load_trajectories
 from rlvr.trainer.checkpoint import check_resume, read_run_state
-from rlvr.trainer.faults import Preemption, resume_command, wandb_in_run_dir
+from rlvr.trainer.faults import resume_command, train_preemptibly
 from rlvr.trainer.recipes import trainer_class
 
 
@@ -43,10 +43,8 @@ def train_offline(model: str, config, dataset: str | Path, *, resume: bool | str
     })
     if checkpoint:
         check_resume(read_run_state(Path(checkpoint)), trainer.run_state())
-    preemption = Preemption(trainer.accelerator, num_iterations=1)  # every optimizer step is a resumable boundary
-    trainer.add_callback(preemption)
-    with wandb_in_run_dir(run_dir), preemption.signals():
-        trainer.train(resume_from_checkpoint=checkpoint)
+    # every optimizer step is a resumable boundary
+    _, preemption = train_preemptibly(trainer, run_dir, checkpoint, num_iterations=1)
     if preemption.stopped_at is not None:
         raise preemption.preempted(resume_command(run_dir))
     trainer.save_outputs(run_dir)

@@ -271,6 +271,17 @@ class Preemption(TrainerCallback):
         return Preempted(128 + self.stop_signal)
 
 
+def train_preemptibly(trainer, run_dir: Path, checkpoint: str | None, num_iterations: int):
+    """`trainer.train()` (resuming `checkpoint`) with SIGTERM / SIGINT stopping it at a step boundary with a
+    checkpoint, and wandb under the run directory. Returns (train()'s output, the `Preemption`): the caller raises
+    `preemption.preempted(...)` when `stopped_at` is set, after its own clean-up."""
+    preemption = Preemption(trainer.accelerator, num_iterations)
+    trainer.add_callback(preemption)
+    with wandb_in_run_dir(run_dir), preemption.signals():
+        output = trainer.train(resume_from_checkpoint=checkpoint)
+    return output, preemption
+
+
 @contextlib.contextmanager
 def wandb_in_run_dir(run_dir: Path) -> Iterator[None]:
     """wandb (offline or online) writes its `wandb/` folder under the run directory: transformers' WandbCallback

@@ -27,7 +27,7 @@ from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 from rlvr.io import atomic_write_json
 from rlvr.trainer.checkpoint import check_resume, read_run_state
 from rlvr.trainer.config import ConfigError, OnPolicyConfig
-from rlvr.trainer.faults import Preemption, ServerWatch, resume_command, wandb_in_run_dir
+from rlvr.trainer.faults import ServerWatch, resume_command, train_preemptibly
 from rlvr.trainer.recipes import trainer_class
 
 
@@ -158,12 +158,9 @@ def run_training(
         if is_main:
             trainer.server_watch = ServerWatch(trainer.rollouts.url, resume_with, model, started,
                                                restart=started and (lambda: serve(started.port)))
-        preemption = Preemption(trainer.accelerator, config.num_iterations)
-        trainer.add_callback(preemption)
         if checkpoint:
             check_resume(read_run_state(Path(checkpoint)), trainer.run_state())
-        with wandb_in_run_dir(run_dir), preemption.signals():
-            output = trainer.train(resume_from_checkpoint=checkpoint)
+        output, preemption = train_preemptibly(trainer, run_dir, checkpoint, config.num_iterations)
         if preemption.stopped_at is not None:
             # The server stops first, then every process leaves together: accelerate launch (torchrun) stops the
             # other processes as soon as one exits (SIGTERM, SIGKILL after 30 s), which would cut the stop short.
