@@ -10,7 +10,6 @@ Official game files without a stored walkthrough are planned on the spot (textwo
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import re
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from verifiers.utils.async_utils import NullAsyncContext
 
-from rlvr.evaluation import prediction_records, save_predictions
+from rlvr.offline.expert import expert_main, save_states
 from rlvr.testing.client import Reply, ScriptedClient
 from vf_alfworld.engine import PLANNER_LOCK, planner
 from vf_alfworld.records import GameRecord
@@ -57,28 +56,15 @@ async def expert_states(env, split: str = "train", num_examples: int = -1, max_c
 
 def export_expert_dataset(env, out_dir: str | Path, split: str = "train", num_examples: int = -1) -> Path:
     """Write the expert rollouts to `out_dir` (atomically) in `rlvr predict`'s layout; returns `out_dir`."""
-    states = asyncio.run(expert_states(env, split, num_examples))
-    results = {"state": states, "stop_conditions": [s.get("stop_condition") for s in states]}
-    return save_predictions(prediction_records(results), Path(out_dir))
+    return save_states(asyncio.run(expert_states(env, split, num_examples)), out_dir)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from rich.console import Console
-
     from vf_alfworld import load_environment
 
-    parser = argparse.ArgumentParser(prog="python -m vf_alfworld.expert", description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir", help="folder to write predictions.jsonl and dataset/ into")
-    parser.add_argument("--split", choices=("train", "eval"), default="train", help="the environment's dataset to play")
-    parser.add_argument("-n", "--num-examples", type=int, default=-1, help="games to play (-1: all)")
-    parser.add_argument("--env-args", default="{}", help="load_environment arguments as JSON")
-    args = parser.parse_args(argv)
-    env = load_environment(**json.loads(args.env_args))
-    out = export_expert_dataset(env, args.out_dir, args.split, args.num_examples)
-    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
-    wins = sum(r["metrics"].get("won", 0.0) for r in rows)
-    Console().print(f"[bold]{len(rows)}[/] expert trajectories ({wins:.0f} won, "
-                    f"{sum(r['num_turns'] for r in rows) / max(1, len(rows)):.1f} turns on average) -> {out}")  # fmt: skip
+    expert_main(argv, prog="python -m vf_alfworld.expert", description=__doc__.split("\n\n")[0],
+                load_environment=load_environment, export=export_expert_dataset,
+                won=lambda row: row["metrics"].get("won", 0.0) >= 1.0)
 
 
 if __name__ == "__main__":

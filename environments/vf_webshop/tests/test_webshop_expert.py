@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from vf_webshop import load_environment
 from vf_webshop.expert import export_expert_dataset, main
 
@@ -42,3 +43,11 @@ def test_expert_that_cannot_finish_within_max_turns_is_kept_with_its_reward(tmp_
     env = load_environment(num_train_examples=2, num_eval_examples=2, max_turns=2)
     trajectories = load_trajectories(export_expert_dataset(env, tmp_path / "short"), segmentation="turn")
     assert len(trajectories) == 2 and all(t.reward == 0.0 and len(t.steps) == 2 for t in trajectories)
+
+
+def test_expert_command_names_bad_env_args(tmp_path, capsys):
+    for bad, says in (("{max_turns: 8}", "--env-args is not JSON"), ("[8]", "must be a JSON object")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([str(tmp_path / "out"), "--env-args", bad])
+        assert exit_info.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

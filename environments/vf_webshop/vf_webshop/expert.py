@@ -11,11 +11,10 @@ the shortest text a small model has to learn to write.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-from rlvr.offline.expert import export_scripted
+from rlvr.offline.expert import expert_main, export_scripted
 from vf_webshop.engine import SEP, Session
 
 
@@ -66,18 +65,9 @@ def export_expert_dataset(env, out_dir: str | Path, split: str = "train", num_ex
 def main(argv: list[str] | None = None) -> None:
     from vf_webshop import load_environment
 
-    parser = argparse.ArgumentParser(prog="python -m vf_webshop.expert", description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir", help="folder to write predictions.jsonl and dataset/ into")
-    parser.add_argument("--split", choices=("train", "eval"), default="train", help="the environment's dataset to play")
-    parser.add_argument("-n", "--num-examples", type=int, default=-1, help="goals to play (-1: all)")
-    parser.add_argument("--env-args", default="{}", help="load_environment arguments as JSON")
-    args = parser.parse_args(argv)
-    out = export_expert_dataset(load_environment(**json.loads(args.env_args)), args.out_dir, args.split,
-                                args.num_examples)
-    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
-    wins = sum(r["reward"] >= 1.0 for r in rows)
-    print(f"{len(rows)} expert trajectories ({wins} at reward 1.0, "
-          f"{sum(r['num_turns'] for r in rows) / max(1, len(rows)):.1f} turns on average) -> {out}")
+    expert_main(argv, prog="python -m vf_webshop.expert", description=__doc__.split("\n\n")[0],
+                load_environment=load_environment, export=export_expert_dataset,
+                won=lambda row: row["reward"] >= 1.0, won_label="at reward 1.0", what="goals")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ dataset/), which `rlvr train --algo sft|oreo --dataset DIR` reads. An environmen
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -39,6 +41,37 @@ async def scripted_states(env, script_of: Script, split: str = "train", num_exam
 def export_scripted(env, script_of: Script, out_dir: str | Path, split: str = "train", num_examples: int = -1,
                     label: str = "expert") -> Path:
     """Write the scripted rollouts to `out_dir` (atomically) in `rlvr predict`'s layout; returns `out_dir`."""
-    states = asyncio.run(scripted_states(env, script_of, split, num_examples, label=label))
+    return save_states(asyncio.run(scripted_states(env, script_of, split, num_examples, label=label)), out_dir)
+
+
+def save_states(states: list, out_dir: str | Path) -> Path:
+    """Scored rollout states -> `out_dir` in `rlvr predict`'s layout (atomically); returns `out_dir`."""
     results = {"state": states, "stop_conditions": [s.get("stop_condition") for s in states]}
     return save_predictions(prediction_records(results), Path(out_dir))
+
+
+def expert_main(argv: list[str] | None, *, prog: str, description: str, load_environment: Callable,
+                export: Callable, won: Callable[[dict], bool], won_label: str = "won", what: str = "games") -> None:
+    """`python -m <environment>.expert OUT_DIR [--split] [-n] [--env-args JSON]`, the command each environment's
+    expert module offers: `export(env, out_dir, split, num_examples)` writes the trajectories, and a line
+    summarises them (`won(prediction row)` counts the successes)."""
+    from rich.console import Console
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("out_dir", help="folder to write predictions.jsonl and dataset/ into")
+    parser.add_argument("--split", choices=("train", "eval"), default="train", help="the environment's dataset to play")
+    parser.add_argument("-n", "--num-examples", type=int, default=-1, help=f"{what} to play (-1: all)")
+    parser.add_argument("--env-args", default="{}", help="load_environment arguments as a JSON object")
+    args = parser.parse_args(argv)
+    try:
+        env_args = json.loads(args.env_args)
+    except json.JSONDecodeError as err:
+        parser.error(f"--env-args is not JSON ({err}): give an object, e.g. '{{\"max_turns\": 8}}'")
+    if not isinstance(env_args, dict):
+        parser.error(f"--env-args must be a JSON object of load_environment arguments, got {args.env_args!r}")
+    out = export(load_environment(**env_args), args.out_dir, args.split, args.num_examples)
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    wins = sum(bool(won(r)) for r in rows)
+    turns = sum(r["num_turns"] for r in rows) / max(1, len(rows))
+    Console(soft_wrap=True).print(f"{len(rows)} expert trajectories ({wins} {won_label}, {turns:.1f} turns on average) -> {out}",
+                                  highlight=False)
