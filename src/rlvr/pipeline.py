@@ -32,7 +32,6 @@ the config and every invocation with its vars; vars that would change the comman
 
 from __future__ import annotations
 
-import difflib
 import glob
 import json
 import os
@@ -42,11 +41,11 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlvr.config_files import check_keys, did_you_mean, read_toml
 from rlvr.io import atomic_write_json
 
 MARKER = "pipeline_stage.json"
@@ -60,11 +59,6 @@ TOP_KEYS = {"description", "vars", "stages"}
 
 class PipelineError(ValueError):
     """A pipeline config or directory that cannot be used, or a stage that failed, with what to do."""
-
-
-def _closest(word: str, options) -> str:
-    close = difflib.get_close_matches(word, list(options), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 @dataclass(frozen=True)
@@ -88,36 +82,25 @@ class Pipeline:
             if stage.name == name:
                 return stage
         raise PipelineError(f"no stage {name!r} in {self.path}; stages: {', '.join(s.name for s in self.stages)}."
-                            + _closest(name, [s.name for s in self.stages]))
+                            + did_you_mean(name, [s.name for s in self.stages]))
 
 
 def read_pipeline(path: Path, overrides: dict[str, str] | None = None) -> Pipeline:
     """Read and check a pipeline TOML file, with `--set` overrides of its vars: every mistake is reported here,
     before any stage runs."""
     path = Path(path)
-    if not path.is_file():
-        raise PipelineError(f"pipeline config {path} does not exist (the shipped ones: configs/pipelines/*.toml)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise PipelineError(f"pipeline config {path} is not valid TOML: {err}") from err
-    for key in data:
-        if key not in TOP_KEYS:
-            raise PipelineError(f"unknown key {key!r} in {path}." + (_closest(key, TOP_KEYS) or
-                                f" Allowed: {', '.join(sorted(TOP_KEYS))}."))
+    data = read_toml(path, "pipeline config", "configs/pipelines/*.toml", PipelineError)
+    check_keys(data, TOP_KEYS, str(path), PipelineError)
     variables = {str(k): str(v) for k, v in data.get("vars", {}).items()}
     for name, value in (overrides or {}).items():
         if name not in variables:
             raise PipelineError(f"--set {name}=...: {path} has no var {name!r} (vars: {', '.join(variables)})."
-                                + _closest(name, variables))
+                                + did_you_mean(name, variables))
         variables[name] = value
     stages = []
     for number, table in enumerate(data.get("stages", []), start=1):
         where = f"stage {number} of {path}"
-        unknown = sorted(set(table) - STAGE_KEYS)
-        if unknown:
-            raise PipelineError(f"unknown key {unknown[0]!r} in {where}." + (_closest(unknown[0], STAGE_KEYS) or
-                                f" Allowed: {', '.join(sorted(STAGE_KEYS))}."))
+        check_keys(table, STAGE_KEYS, where, PipelineError)
         missing = [k for k in ("name", "out", "command") if not table.get(k)]
         if missing:
             raise PipelineError(f"{where} lacks {', '.join(missing)}: every stage has a name, an out directory and "
@@ -142,7 +125,7 @@ def check_pipeline(pipeline: Pipeline) -> None:
             if placeholder not in pipeline.vars:
                 raise PipelineError(f"var {name!r} in {where} holds {{{placeholder}}}, which is no var: a var may "
                                     "name other vars only (stage results are named in stage commands)."
-                                    + _closest(placeholder, pipeline.vars))
+                                    + did_you_mean(placeholder, pipeline.vars))
     resolve_vars(pipeline.vars, where)
     seen: dict[str, Stage] = {}
     outs: dict[str, str] = {}
@@ -172,7 +155,7 @@ def check_pipeline(pipeline: Pipeline) -> None:
                     why = "that stage runs later: stages may use the results of earlier stages only"
                 else:
                     why = "not a var, an earlier stage or one of " + ", ".join(["out", *sorted(allowed)])
-                    why += "." + _closest(placeholder, [*pipeline.vars, *earlier, "out", *allowed])
+                    why += "." + did_you_mean(placeholder, [*pipeline.vars, *earlier, "out", *allowed])
                 raise PipelineError(f"{label}: {{{placeholder}}} in {text!r}: {why}")
         seen[stage.name] = stage
 

@@ -63,7 +63,7 @@ def test_bad_config_keys_suggest_the_closest(tmp_path):
 
     config.write_text('env = "vf-triviaqa-search"\nmodel = "tiny-random"\n[env_arg]\nmax_turns = 2\n')
     result = fails("train", "--config", config)
-    assert result.says(f"unknown top-level key 'env_arg' in {config}. Did you mean 'env_args'?"), result
+    assert result.says(f"unknown key 'env_arg' in {config}. Did you mean 'env_args'?"), result
 
 
 def test_config_file_missing_or_not_toml(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import json
 import os
 import subprocess
@@ -23,6 +22,8 @@ from typing import Any
 import typer
 
 from rlvr.cli.common import EnvArgsOption, console, fail, load_env_or_exit, parse_env_args
+from rlvr.config_files import check_keys as check_table_keys
+from rlvr.config_files import did_you_mean, read_toml
 
 PLAN_FILE = "launch_plan.json"
 LAUNCHED_ENV = "RLVR_LAUNCH_PLAN"  # set for accelerate workers: the plan file they train from
@@ -59,9 +60,7 @@ def config_fields(algo: str) -> dict[str, dataclasses.Field]:
 def check_algo(algo: str) -> None:
     known = algorithms()
     if algo not in known:
-        close = difflib.get_close_matches(algo, known, n=1)
-        raise fail(f"unknown --algo {algo!r}." + (f" Did you mean {close[0]!r}?" if close else
-                                                   f" Use one of {', '.join(known)}."))
+        raise fail(f"unknown --algo {algo!r}." + (did_you_mean(algo, known) or f" Use one of {', '.join(known)}."))
 
 
 def check_keys(keys, algo: str, where: str) -> None:
@@ -69,8 +68,7 @@ def check_keys(keys, algo: str, where: str) -> None:
     fields = config_fields(algo)
     for key in keys:
         if key not in fields:
-            close = difflib.get_close_matches(key, fields, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else " See `rlvr train --help` and the configuration class."
+            hint = did_you_mean(key, fields) or " See `rlvr train --help` and the configuration class."
             raise fail(f"unknown training option {key!r} in {where} (algo {algo!r}).{hint}")
 
 
@@ -102,17 +100,8 @@ def read_config(path: Path | None) -> dict:
     with the algorithm's parameters in [training.credit])."""
     if path is None:
         return {}
-    if not path.is_file():
-        raise fail(f"--config {path} does not exist (examples: configs/train/ in the rlvr repository)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise fail(f"--config {path} is not valid TOML: {err}") from err
-    for key in data:
-        if key not in TOML_KEYS:
-            close = difflib.get_close_matches(key, TOML_KEYS, n=1)
-            raise fail(f"unknown top-level key {key!r} in {path}." + (f" Did you mean {close[0]!r}?" if close else
-                       f" Allowed: {', '.join(TOML_KEYS)}; training options go under [training]."))
+    data = read_toml(path, "--config", "configs/train/ in the rlvr repository", fail)
+    check_table_keys(data, TOML_KEYS, str(path), fail, hint=" Training options go under [training].")
     return data
 
 

@@ -26,12 +26,12 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rlvr.config_files import check_keys, did_you_mean, read_toml
 
 
 class StudyError(ValueError):
@@ -147,8 +147,7 @@ class StudySettings:
         known = [*ALGORITHMS, *self.variants]
         for algo in [*self.algos, *self.algo_options]:
             if algo not in known:
-                close = difflib.get_close_matches(algo, known, n=1)
-                raise StudyError(f"unknown algorithm {algo!r}." + (f" Did you mean {close[0]!r}?" if close else
+                raise StudyError(f"unknown algorithm {algo!r}." + (did_you_mean(algo, known) or
                                  f" Registered: {', '.join(ALGORITHMS)}.") + " A variant of a registered "
                                  "algorithm is named in [variants], e.g. ppo_bi_level = \"ppo\".")
         if len(set(self.algos)) != len(self.algos):
@@ -240,25 +239,12 @@ class StudySettings:
 TOP_KEYS = {f.name for f in dataclasses.fields(StudySettings)}
 
 
-def _check_table(data: dict, allowed: set[str], where: str) -> None:
-    for key in data:
-        if key not in allowed:
-            close = difflib.get_close_matches(key, allowed, n=1)
-            raise StudyError(f"unknown key {key!r} in {where}." + (f" Did you mean {close[0]!r}?" if close else
-                             f" Allowed: {', '.join(sorted(allowed))}."))
-
-
 def read_settings_file(path: Path) -> dict[str, Any]:
     """A study TOML file as a dict of StudySettings fields (checked for unknown keys)."""
-    if not path.is_file():
-        raise StudyError(f"study config {path} does not exist (examples: configs/study/ in the rlvr repository)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise StudyError(f"study config {path} is not valid TOML: {err}") from err
-    _check_table(data, TOP_KEYS, str(path))
+    data = read_toml(path, "study config", "configs/study/ in the rlvr repository", StudyError)
+    check_keys(data, TOP_KEYS, str(path), StudyError)
     for table, cls in (("evaluation", EvaluationSettings), ("report", ReportSettings)):
-        _check_table(data.get(table, {}), {f.name for f in dataclasses.fields(cls)}, f"[{table}] of {path}")
+        check_keys(data.get(table, {}), {f.name for f in dataclasses.fields(cls)}, f"[{table}] of {path}", StudyError)
     return data
 
 
