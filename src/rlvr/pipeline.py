@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,10 +47,15 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config_files import check_keys, did_you_mean, read_toml
-from rlvr.io import atomic_write_json
+from rlvr.io import atomic_directory, atomic_write_json
 
 MARKER = "pipeline_stage.json"
 MANIFEST = "pipeline.json"
+# What `export_results` copies of a finished stage: its reports, statistics and records, not its weights, datasets,
+# checkpoints or rollouts (so a pipeline's results can be committed, e.g. under benchmarks/results/)
+RESULT_FILES = ("report.md", "summary.json", "study.json", "metadata.json", MARKER, "*.png")
+HEAVY_DIRS = ("checkpoint-*", "final", "value", "dataset", "wandb", "logs")
+MAX_RESULT_BYTES = 2_000_000
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RESERVED = ("out", "here", "match", "name")  # placeholders the runner fills in itself
@@ -363,6 +369,32 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, until: str | None = None, com
     return ran
 
 
+def export_results(pipeline: Pipeline, out: Path, dest: Path) -> list[Path]:
+    """Copy the results of `out`'s finished stages (RESULT_FILES of at most MAX_RESULT_BYTES each, outside
+    HEAVY_DIRS) and its pipeline.json to `dest`, keeping their paths relative to `out`; `dest` is replaced
+    atomically. Returns the copied files' paths in `dest`."""
+    plan = Plan(pipeline, out)
+    finished = [u.here for stage in pipeline.stages for u in plan.units(stage) if u.marker.is_file()]
+    if not finished:
+        raise PipelineError(f"{out} has no finished stage to export (run the pipeline first; --dry-run shows states)")
+    sources = [out / MANIFEST] if (out / MANIFEST).is_file() else []
+    for here in finished:
+        for path in sorted(here.rglob("*")):
+            inside = path.relative_to(here).parts[:-1]
+            if (path.is_file() and any(path.match(p) for p in RESULT_FILES)
+                    and not any(Path(part).match(d) for part in inside for d in HEAVY_DIRS)
+                    and path.stat().st_size <= MAX_RESULT_BYTES):
+                sources.append(path)
+    copied = []
+    with atomic_directory(dest) as tmp:
+        for path in sources:
+            relative = path.relative_to(out)
+            (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, tmp / relative)
+            copied.append(Path(dest) / relative)
+    return copied
+
+
 def stage_states(pipeline: Pipeline, out: Path) -> list[tuple[str, str, str]]:
     """(unit, state, command) for the dry run: done (with its wall time), partial (will resume), to do; a foreach
     stage whose inputs do not exist yet is shown as its pattern."""
@@ -393,4 +425,5 @@ def parse_sets(items: list[str]) -> dict[str, str]:
 
 
 __all__ = ["Pipeline", "PipelineError", "Plan", "Stage", "Unit", "read_pipeline", "run_pipeline", "stage_states",
+           "export_results",
            "parse_sets", "MARKER", "MANIFEST"]

@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.pipeline import MANIFEST, MARKER, PipelineError, Plan, read_pipeline, run_pipeline, stage_states
+from rlvr.pipeline import (
+    MANIFEST,
+    MARKER,
+    MAX_RESULT_BYTES,
+    PipelineError,
+    Plan,
+    export_results,
+    read_pipeline,
+    run_pipeline,
+    stage_states,
+)
 
 # a stage command: append its arguments to {here}/calls.txt (creating {here}); exit 3 when FAIL_FLAG exists
 STEP = textwrap.dedent("""
@@ -228,6 +238,9 @@ def test_command_line_dry_run_and_errors(tmp_path):
     run_pipeline(read_pipeline(config), out, until="rl")
     other = CliRunner().invoke(app, ["pipeline", str(config), "-o", str(out), "--set", "model=smol", "--until", "rl"])
     assert other.exit_code == 2 and "would make differently" in other.output
+    exported = CliRunner().invoke(app, ["pipeline", str(config), "-o", str(out), "--export", str(tmp_path / "res")])
+    assert exported.exit_code == 0 and "3 result files" in exported.output, exported.output  # manifest, 2 markers
+    assert (tmp_path / "res" / "rl" / MARKER).is_file() and not (out / "eval").exists()  # ran nothing
 
 
 def test_a_stage_is_terminated_when_the_pipeline_is_killed(tmp_path):
@@ -261,3 +274,28 @@ def test_a_stage_is_terminated_when_the_pipeline_is_killed(tmp_path):
     while not (here / "terminated").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert (here / "terminated").exists() and not (here / MARKER).exists()
+
+
+def test_export_copies_the_finished_stages_reports_and_not_their_weights(tmp_path):
+    config, out, dest = write(tmp_path, PIPELINE), tmp_path / "run", tmp_path / "results"
+    pipeline = read_pipeline(config)
+    with pytest.raises(PipelineError, match="no finished stage to export"):
+        export_results(pipeline, out, dest)
+    run_pipeline(pipeline, out, until="rl")
+    rl = out / "rl"
+    for name, size in (("report.md", 10), ("summary.json", 10), ("cells/sft/seed-0/eval/summary.json", 10),
+                       ("plots/won.png", 10), ("cells/sft/seed-0/train/final/model.safetensors", 10),
+                       ("cells/sft/seed-0/train/checkpoint-5/summary.json", 10),
+                       ("cells/sft/seed-0/eval/results.jsonl", 10), ("huge/summary.json", MAX_RESULT_BYTES + 1)):
+        (rl / name).parent.mkdir(parents=True, exist_ok=True)
+        (rl / name).write_bytes(b"x" * size)
+    (out / "expert" / "report.md").write_text("unfinished stages are left out")
+    (out / "expert" / MARKER).unlink()
+    copied = export_results(pipeline, out, dest)
+    assert sorted(str(p.relative_to(dest)) for p in copied) == sorted(
+        [MANIFEST, f"rl/{MARKER}", "rl/report.md", "rl/summary.json", "rl/cells/sft/seed-0/eval/summary.json",
+         "rl/plots/won.png"])
+    assert all(p.is_file() for p in copied) and (dest / "rl" / "report.md").read_bytes() == b"x" * 10
+    (dest / "stale.md").write_text("from an earlier export")
+    export_results(pipeline, out, dest)  # replaced as a whole
+    assert not (dest / "stale.md").exists()

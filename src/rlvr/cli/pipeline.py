@@ -20,15 +20,29 @@ def pipeline(
                                         "--set model=tiny-random); refused where it would change a finished stage's command."),
     until: str | None = typer.Option(None, "--until", help="Stop after this stage."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show each stage's state and command; run nothing."),
+    export: Path | None = typer.Option(None, "--export", help="Copy the finished stages' reports and statistics "
+                                       "(no weights, datasets or rollouts) to this directory, e.g. under "
+                                       "benchmarks/results/; run nothing."),
 ) -> None:
     """Run the stages of a pipeline (expert data -> SFT -> RL -> offline -> search -> evaluation) that are not
     finished yet, each with its own resumable command; each result directory records the command that made it."""
-    from rlvr.pipeline import PipelineError, parse_sets, read_pipeline, run_pipeline, stage_states
+    from rlvr.pipeline import (
+        PipelineError,
+        export_results,
+        parse_sets,
+        read_pipeline,
+        run_pipeline,
+        stage_states,
+    )
 
     try:
         spec = read_pipeline(config, parse_sets(overrides))
         if until is not None:
             spec.stage(until)
+        if export is not None:
+            copied = export_results(spec, out, export)
+            console.print(f"{len(copied)} result files of {out} -> {export}", markup=False)
+            return
         if dry_run:
             table = Table(title=f"{config} -> {out}")
             for column in ("stage", "state", "command"):
