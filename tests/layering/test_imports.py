@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "rlvr"
 # Lower numbers are lower layers: pure math and utilities first, the command line last.
 LAYERS = {
-    "io": 0, "restarts": 0,
+    "io": 0, "restarts": 0, "config_files": 0,
     "models": 1, "credit": 1, "sandbox": 1,
     "retrieval": 2, "serve": 2,
     "data": 3, "tools": 3, "rubrics": 3, "history": 3,
