@@ -122,7 +122,8 @@ def train_for(minutes: float, k: int, model: str, env, options: dict, server, ru
     server_cpu = cpu_seconds(served) - cpu_before[1]
     steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
     (checkpoint,) = run_dir.glob("checkpoint-*")
-    per_step = {key: mean(r[key] for r in steps if key in r) for key in (
+    # a key a step lacks (train/* when the step forwarded no sample: skip_zero_advantage) is averaged where present
+    per_step = {key: mean(values) if (values := [r[key] for r in steps if key in r]) else None for key in (
         "timing/generation_s", "timing/training_s", "timing/sync_s", "timing/wait_for_batch_s", "time/step_s",
         "async/staleness_mean", "async/staleness_max", "async/stale_token_fraction",
         "async/mixed_version_rollout_fraction", "train/clipped", "turn_reward", "reward")}

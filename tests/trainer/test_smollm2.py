@@ -16,6 +16,7 @@ def test_one_mt_grpo_step_with_smollm2_on_gsm8k_code(smol_model, tmp_path):
         output_dir=str(tmp_path), max_steps=1, save_steps=1, seed=0, learning_rate=1e-5,
         batch_size=4, rollouts_per_example=2, micro_batch_size=2, max_tokens_per_turn=32, max_seq_len=1024,
         use_lora=True, lora_rank=8, report_to="none", logging_steps=1, progress=False, verify_weight_sync=True,
+        skip_zero_advantage=False,  # forward every sample, so that mismatch_kl exists however the rewards fall
     )
     # run_training starts the server (the shared smol_server must keep its weights): it serves float32, the
     # training dtype; vLLM's CPU default, bf16, would put the sampler ~0.06 nats from the trainer.
