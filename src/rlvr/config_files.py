@@ -1,9 +1,10 @@
-"""The project's TOML files (training, study and pipeline configs) read with errors that say what to change: each
-caller passes its own error type, so a CLI reports them as it reports its other mistakes."""
+"""The project's TOML files (training, study and pipeline configs) and `--env-args` JSON, read with errors that say
+what to change: each caller passes its own error type, so a CLI reports them as it reports its other mistakes."""
 
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -37,3 +38,14 @@ def read_toml(path: Path, what: str, examples: str, error: ErrorType) -> dict[st
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise error(f"{what} {path} is not valid TOML: {err}") from err
+
+
+def parse_env_args(text: str, error: ErrorType) -> dict[str, Any]:
+    """`--env-args` text: a JSON object of load_environment arguments, or `error` saying what is wrong with it."""
+    try:
+        args = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise error(f"--env-args is not valid JSON ({err}): {text!r}. Example: --env-args '{{\"max_turns\": 3}}'") from err
+    if not isinstance(args, dict):
+        raise error(f"--env-args must be a JSON object, got {type(args).__name__}: {text!r}")
+    return args

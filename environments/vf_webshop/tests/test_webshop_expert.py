@@ -46,7 +46,7 @@ def test_expert_that_cannot_finish_within_max_turns_is_kept_with_its_reward(tmp_
 
 
 def test_expert_command_names_bad_env_args(tmp_path, capsys):
-    for bad, says in (("{max_turns: 8}", "--env-args is not JSON"), ("[8]", "must be a JSON object")):
+    for bad, says in (("{max_turns: 8}", "--env-args is not valid JSON"), ("[8]", "must be a JSON object")):
         with pytest.raises(SystemExit) as exit_info:
             main([str(tmp_path / "out"), "--env-args", bad])
         assert exit_info.value.code == 2 and says in capsys.readouterr().err

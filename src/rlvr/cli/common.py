@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from rlvr import evaluation
+from rlvr import config_files, evaluation
 
 console = Console()
 
@@ -29,13 +28,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def parse_env_args(text: str) -> dict:
-    try:
-        args = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise fail(f"--env-args is not valid JSON ({err}): {text!r}. Example: --env-args '{{\"max_turns\": 3}}'") from err
-    if not isinstance(args, dict):
-        raise fail(f"--env-args must be a JSON object, got {type(args).__name__}: {text!r}")
-    return args
+    return config_files.parse_env_args(text, fail)
 
 
 @contextmanager

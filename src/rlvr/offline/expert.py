@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rlvr.config_files import parse_env_args
 from rlvr.evaluation import prediction_records, save_predictions
 from rlvr.testing.client import Reply, ScriptedClient
 
@@ -63,12 +64,7 @@ def expert_main(argv: list[str] | None, *, prog: str, description: str, load_env
     parser.add_argument("-n", "--num-examples", type=int, default=-1, help=f"{what} to play (-1: all)")
     parser.add_argument("--env-args", default="{}", help="load_environment arguments as a JSON object")
     args = parser.parse_args(argv)
-    try:
-        env_args = json.loads(args.env_args)
-    except json.JSONDecodeError as err:
-        parser.error(f"--env-args is not JSON ({err}): give an object, e.g. '{{\"max_turns\": 8}}'")
-    if not isinstance(env_args, dict):
-        parser.error(f"--env-args must be a JSON object of load_environment arguments, got {args.env_args!r}")
+    env_args = parse_env_args(args.env_args, parser.error)
     out = export(load_environment(**env_args), args.out_dir, args.split, args.num_examples)
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     wins = sum(bool(won(r)) for r in rows)
