@@ -215,3 +215,44 @@ def test_a_held_out_set_gets_its_own_tables(tmp_path):
     assert data["algorithms"]["mt_grpo"]["exact_match"]["mean"] == pytest.approx(0.5)
     assert data["paired_with_base"]["grpo"]["exact_match"]["mean"] == pytest.approx(0.3)
     assert data["base"]["seed-1"]["exact_match"]["mean"] == pytest.approx(0.1)
+
+
+def write_results(eval_dir: Path, exact_match: dict[int, list[float]]) -> None:
+    """results.jsonl of an evaluation: example id -> the exact match of each of its rollouts."""
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    rows = [{"example_id": example, "reward": 0.4 + value, "exact_match": value}
+            for example, values in exact_match.items() for value in values]
+    (eval_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_cells_are_paired_with_the_base_model_and_the_baseline_example_by_example(tmp_path):
+    """One seed: the per-example means (over rollouts) of each cell minus the base model's and the baseline cell's,
+    with a t interval over the examples, per held-out set; an evaluation without results.jsonl is left out."""
+    make_study(tmp_path, seeds=(0,), sets={"valid_seen": {"eval_split": "valid_seen"}})
+    layout = StudyLayout(tmp_path)
+    write_results(layout.eval(layout.base(0)), {0: [0, 0], 1: [0, 0], 2: [0, 1], 3: [0, 0]})
+    write_results(layout.eval(layout.cell("grpo", 0)), {0: [1, 0], 1: [0, 0], 2: [1, 1], 3: [0, 0]})
+    write_results(layout.eval(layout.cell("mt_grpo", 0)), {0: [1, 1], 1: [1, 0], 2: [1, 1], 3: [0, 1]})
+    write_results(layout.eval_set(layout.cell("mt_grpo", 0), "valid_seen"), {0: [1], 1: [1]})  # no base: no pairs
+    write_json(layout.eval_set(layout.cell("mt_grpo", 0), "valid_seen") / "summary.json", summary(1.0))
+    report = write_report(tmp_path).read_text()
+    section = report.split("## Paired over the held-out examples (within a seed)")[1].split("## Cells")[0]
+    main, seen = section.split("**valid_seen**")
+    # grpo - base per example: 0.5, 0, 0.5, 0 (mean 0.25, s_d 0.288675, half width 3.182446 * s_d / 2 = 0.459)
+    # mt_grpo - base: 1, 0.5, 0.5, 0.5 (mean 0.625, s_d 0.25, half 0.398); mt_grpo - grpo: 0.5, 0.5, 0, 0.5 (0.375,
+    # s_d 0.25, half 0.398)
+    assert table_row(main, "grpo/seed-0")[1:] == ["+0.250 [-0.209, +0.709] 2/4", "-"]
+    assert table_row(main, "mt_grpo/seed-0")[1:] == ["+0.625 [+0.227, +1.023] 4/4", "+0.375 [-0.023, +0.773] 3/4"]
+    assert "| cell | exact_match: - base | exact_match: - grpo |" in main
+    assert table_row(seen, "mt_grpo/seed-0")[1:] == ["n/a", "n/a"]
+    pairs = json.loads((tmp_path / "summary.json").read_text())["paired_over_examples"]
+    assert pairs["mt_grpo/seed-0"]["main"]["grpo"]["exact_match"]["mean"] == pytest.approx(0.375)
+    assert pairs["mt_grpo/seed-0"]["main"]["base"]["exact_match"]["n"] == 4
+    assert "base" in pairs["grpo/seed-0"]["main"] and "grpo" not in pairs["grpo/seed-0"]["main"]
+
+
+def test_without_results_files_there_is_no_per_example_section(tmp_path):
+    """An exported study (summaries only) reports the tables over seeds and no per-example section."""
+    report = write_report(make_study(tmp_path)).read_text()
+    assert "Paired over the held-out examples" not in report
+    assert json.loads((tmp_path / "summary.json").read_text())["paired_over_examples"] == {}

@@ -13,6 +13,7 @@ from rlvr.evaluation import Stat
 from rlvr.study.stats import (
     across_seeds,
     detect_collapse,
+    example_means,
     is_constant,
     mean_band,
     paired_difference,
@@ -51,6 +52,17 @@ def test_pairing_ignores_unpaired_seeds_and_counts_ties():
     assert diff.mean == pytest.approx(0.466667, abs=1e-6)
     assert diff.stderr == pytest.approx(0.503322 / math.sqrt(3), abs=1e-6)
     assert diff.high - diff.mean == pytest.approx(2.919986 * 0.503322 / math.sqrt(3), abs=1e-5)
+
+
+def test_example_means_average_each_examples_rollouts_and_pair_by_example_id():
+    rows = [{"example_id": 3, "won": 1.0}, {"example_id": "3", "won": 0.0}, {"example_id": 7, "won": 1},
+            {"example_id": 7, "won": 1.0}, {"example_id": 8, "won": True}, {"example_id": 9}]
+    # ids as strings (results.jsonl writes them either way); booleans and missing values are not numbers here
+    assert example_means(rows, "won") == {"3": 0.5, "7": 1.0}
+    assert example_means(rows, "reward") == {}
+    base = example_means([{"example_id": 3, "won": 0.0}, {"example_id": 7, "won": 0.5}], "won")
+    diff = paired_difference(example_means(rows, "won"), base)
+    assert (diff.n, diff.mean, diff.wins) == (2, 0.5, 2)
 
 
 def test_one_or_no_shared_seed_gives_no_interval():

@@ -32,6 +32,7 @@ from rlvr.study.stats import (  # noqa: E402
     RerunSpread,
     across_seeds,
     detect_collapse,
+    example_means,
     is_constant,
     mean_band,
     paired_difference,
@@ -56,6 +57,12 @@ class CellRecord:
     resumed_from: str | None
     replicate: int = 0  # 0: the cell; K >= 1: its K-th same-seed re-run
     sets: dict[str, dict[str, Stat]] = field(default_factory=dict)  # [evaluation.sets] name -> its evaluation
+    examples: dict[str, ExampleMeans] = field(default_factory=dict)  # evaluation (MAIN or a set) -> per example
+
+
+# The per-example means of one evaluation: headline metric -> held-out example id -> mean over its rollouts.
+ExampleMeans = dict[str, dict[str, float]]
+MAIN = ""  # the key of a unit's main evaluation (eval/) beside its [evaluation.sets] names
 
 
 def read_summary(eval_dir: Path) -> dict[str, Stat]:
@@ -67,7 +74,19 @@ def read_sets(layout: StudyLayout, unit: Path, names) -> dict[str, dict[str, Sta
     return {n: read_summary(layout.eval_set(unit, n)) for n in names if layout.eval_set(unit, n).is_dir()}
 
 
-def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, sets=()) -> CellRecord:
+def read_examples(layout: StudyLayout, unit: Path, sets, metrics) -> dict[str, ExampleMeans]:
+    """The unit's evaluations (MAIN and the sets it has) as per-example means of `metrics`, from their
+    results.jsonl (an evaluation without its rollouts, e.g. an exported study, has none)."""
+    dirs = {MAIN: layout.eval(unit), **{n: layout.eval_set(unit, n) for n in sets}}
+    found = {}
+    for name, directory in dirs.items():
+        if (directory / "results.jsonl").is_file():
+            rows = read_jsonl(directory / "results.jsonl")
+            found[name] = {m: means for m in metrics if (means := example_means(rows, m))}
+    return found
+
+
+def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, sets=(), metrics=()) -> CellRecord:
     unit = layout.cell(algo, seed, replicate)
     done = json.loads(layout.done(unit).read_text())
     steps = [r for r in read_jsonl(layout.train(unit) / "metrics.jsonl") if "loss" in r]
@@ -81,7 +100,7 @@ def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, set
         reward_std={int(r["step"]): float(r["reward/std"]) for r in steps if "reward/std" in r},
         tokens_generated=sum(float(r.get("tokens/generated", 0.0)) for r in steps),
         wall_s=done["wall_s"], resumed_from=done.get("resumed_from"), replicate=replicate,
-        sets=read_sets(layout, unit, sets),
+        sets=read_sets(layout, unit, sets), examples=read_examples(layout, unit, sets, metrics),
     )
 
 
@@ -97,6 +116,7 @@ class StudyData:
     cells: list[CellRecord]  # the cells (replicate 0): every table but the re-run spread reads these
     replicates: list[CellRecord]  # their same-seed re-runs (replicate >= 1)
     base_sets: dict[str, dict[int, dict[str, Stat]]] = field(default_factory=dict)  # set -> seed -> base evaluation
+    base_examples: dict[int, dict[str, ExampleMeans]] = field(default_factory=dict)  # seed -> evaluation -> ...
 
     @property
     def algos(self) -> list[str]:
@@ -145,27 +165,40 @@ class StudyData:
         return paired_difference(self.values(algo, metric, held_out), self.base_values(metric, held_out),
                                  self.report.confidence)
 
+    def paired_over_examples(self, cell: CellRecord, metric: str, evaluation: str = MAIN,
+                             against: str | None = None) -> PairedDifference:
+        """Within the cell's seed: its per-example means minus those of the base model (`against` None) or of
+        algorithm `against`'s cell of the same seed, over the held-out examples both evaluated."""
+        if against is None:
+            other = self.base_examples.get(cell.seed, {})
+        else:
+            other = next((c.examples for c in self.cells if (c.algo, c.seed) == (against, cell.seed)), {})
+        return paired_difference(cell.examples.get(evaluation, {}).get(metric, {}),
+                                 other.get(evaluation, {}).get(metric, {}), self.report.confidence)
+
 
 def load_study(root: Path) -> StudyData:
     layout = StudyLayout(Path(root))
     manifest = json.loads(layout.manifest.read_text())
     settings = manifest["settings"]
     sets = list(settings["evaluation"].get("sets", {}))
-    bases, base_wall, base_sets = {}, {}, {}
+    report = ReportSettings(**settings["report"])
+    bases, base_wall, base_sets, base_examples = {}, {}, {}, {}
     for seed in layout.finished_bases():
         unit = layout.base(seed)
         bases[seed] = read_summary(layout.eval(unit))
         for name, summary in read_sets(layout, unit, sets).items():
             base_sets.setdefault(name, {})[seed] = summary
+        base_examples[seed] = read_examples(layout, unit, sets, report.headline)
         base_wall[seed] = sum(json.loads(layout.done(unit).read_text())["wall_s"].values())
     return StudyData(
-        settings=settings, report=ReportSettings(**settings["report"]), sampling=manifest.get("evaluation_sampling", {}),
+        settings=settings, report=report, sampling=manifest.get("evaluation_sampling", {}),
         commands=[i["command"] for i in manifest["invocations"] if i.get("command")],
         dataset_commands=manifest.get("offline_sources", {}),
         bases=bases, base_wall_s=base_wall,
-        cells=[read_cell(layout, a, s, sets=sets) for a, s in layout.finished_cells()],
+        cells=[read_cell(layout, a, s, sets=sets, metrics=report.headline) for a, s in layout.finished_cells()],
         replicates=[read_cell(layout, a, s, k) for a, s, k in layout.finished_replicates()],
-        base_sets=base_sets,
+        base_sets=base_sets, base_examples=base_examples,
     )
 
 
@@ -274,6 +307,7 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
         lines += ["", *render_held_out_set(data, name, changes)]
 
     headline = [m for m in rep.headline if m in metrics]
+    lines += ["", *render_paired_over_examples(data, headline)]
     rows = []
     for cell in sorted(data.cells, key=lambda c: (algos.index(c.algo), c.seed)):
         rows.append([
@@ -320,6 +354,33 @@ def render_held_out_set(data: StudyData, name: str, changes: dict[str, Any]) -> 
             markdown_table(["metric", "base model", *algos], rows), "",
             markdown_table(["metric", *(f"{a} - {rep.baseline}" for a in others), *(f"{a} - base" for a in algos)],
                            paired)]
+
+
+def render_paired_over_examples(data: StudyData, headline: Sequence[str]) -> list[str]:
+    """Every cell against the base model (and the baseline's cell) of its own seed, example by example on each
+    held-out set: the interval a single-seed study has (it covers the evaluation, not a re-run)."""
+    rep = data.report
+    evaluations = [MAIN, *data.settings["evaluation"].get("sets", {})]
+    cells = sorted((c for c in data.cells if c.examples), key=lambda c: (data.algos.index(c.algo), c.seed))
+    headline = [m for m in headline if any(m in e for c in cells for e in c.examples.values())]
+    if not cells or not headline:
+        return []
+    compare = [None, *([rep.baseline] if rep.baseline in data.algos and len(data.algos) > 1 else [])]
+    also = f" (and for {rep.baseline}'s cell of that seed)" if len(compare) > 1 else ""
+    lines = ["## Paired over the held-out examples (within a seed)", "",
+             "Per cell: on each held-out example, the mean over its rollouts minus the same example's mean for the "
+             f"base model of the same seed{also}, sampled with the same per-request seeds; mean [{rep.confidence:.0%} interval, Student's t over the examples] and the examples "
+             "where the cell was higher out of those paired. This interval covers the evaluation's sampling and the "
+             "choice of examples for one training run, not what another training seed would do (the tables over "
+             "seeds above): it is the uncertainty a one-seed cell has."]
+    header = ["cell", *(f"{m}: - {other or 'base'}" for other in compare for m in headline)]
+    for evaluation in evaluations:
+        rows = [[f"{c.algo}/seed-{c.seed}",
+                 *("-" if other == c.algo else fmt_diff(data.paired_over_examples(c, m, evaluation, other))
+                   for other in compare for m in headline)] for c in cells]
+        lines += ["", f"**{evaluation or 'the held-out set of the environment arguments'}**", "",
+                  markdown_table(header, rows)]
+    return lines
 
 
 def fmt_number(value: float) -> str:
@@ -394,6 +455,11 @@ def summary_record(data: StudyData) -> dict[str, Any]:
             "paired_with_base": {a: {m: asdict(data.paired_with_base(a, m, name)) for m in data.metrics}
                                  for a in data.algos},
         } for name in data.settings["evaluation"].get("sets", {})},
+        "paired_over_examples": {f"{c.algo}/seed-{c.seed}": {
+            evaluation or "main": {other or "base": {m: asdict(data.paired_over_examples(c, m, evaluation, other))
+                                                     for m in means}
+                                   for other in (None, data.report.baseline) if other != c.algo}
+            for evaluation, means in c.examples.items()} for c in data.cells if c.examples},
         "baseline": data.report.baseline,
     }
 

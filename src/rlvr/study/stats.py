@@ -2,7 +2,8 @@
 and the mean curve of several seeds with its band.
 
 The unit of replication is the seed: one cell (algorithm, seed) is one training run, and its evaluation mean is one
-observation. Cells of the same seed share their data order and initial weights (the seeded dataset shuffle and
+observation. Within one seed, two evaluations of the same held-out examples pair example by example (`example_means`):
+that interval covers the evaluation's sampling and the choice of examples, not a re-run with another seed. Cells of the same seed share their data order and initial weights (the seeded dataset shuffle and
 model), so two algorithms are compared seed by seed (paired), which removes the seed-to-seed spread that both share.
 Same-seed re-runs of a cell (replicates) measure what one run's value does not carry in its evaluation s.e.: the
 nondeterminism left after seeding (`rerun_spread`, `pooled_replicate_sd`).
@@ -11,7 +12,7 @@ nondeterminism left after seeding (`rerun_spread`, `pooled_replicate_sd`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rlvr.evaluation import Stat, mean_stderr
@@ -19,16 +20,16 @@ from rlvr.evaluation import Stat, mean_stderr
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """treatment - baseline, seed by seed, with a two-sided t interval on its mean."""
+    """treatment - baseline, unit by unit (seeds, or held-out examples), with a two-sided t interval on its mean."""
 
     mean: float
     stderr: float  # sample std of the per-seed differences / sqrt(n)
     low: float
     high: float
-    n: int  # seeds with both cells
+    n: int  # units (seeds, examples) with both values
     level: float  # e.g. 0.95
-    wins: int  # seeds where the treatment is higher
-    losses: int  # seeds where it is lower (the rest are ties)
+    wins: int  # units where the treatment is higher
+    losses: int  # units where it is lower (the rest are ties)
 
     @property
     def excludes_zero(self) -> bool:
@@ -42,20 +43,22 @@ def t_quantile(probability: float, dof: int) -> float:
     return float(t.ppf(probability, dof))
 
 
-def paired_difference(treatment: Mapping[int, float], baseline: Mapping[int, float],
+def paired_difference(treatment: Mapping[Hashable, float], baseline: Mapping[Hashable, float],
                       level: float = 0.95) -> PairedDifference:
-    """Mean of d_s = treatment_s - baseline_s over the seeds s both have, with Student's paired t interval
+    """Mean of d_s = treatment_s - baseline_s over the units s both have (seeds; or held-out examples, see
+    `example_means`), with Student's paired t interval
 
         d̄ ± t_{(1+level)/2, n-1} · s_d / √n,    s_d² = Σ (d_s - d̄)² / (n - 1)
 
     (Student 1908; the interval of the paired t-test). It assumes the d_s are independent and roughly normal; with
     n = 3 seeds it has 2 degrees of freedom and t_{0.975, 2} = 4.30, so the interval is wide, honestly: a bootstrap
     over 3 seeds has only 10 distinct resamples and its percentile interval is too narrow to trust. With one seed
-    there is no interval (nan)."""
+    there is no interval (nan). Over a held-out set's examples (24-48 here) the t interval is approximate when the
+    metric is a rare 0/1 outcome (most differences 0): read it with the counts of examples higher and lower."""
     if not 0 < level < 1:
         raise ValueError(f"level={level} must be in (0, 1), e.g. 0.95")
-    seeds = sorted(set(treatment) & set(baseline))
-    diffs = [float(treatment[s]) - float(baseline[s]) for s in seeds]
+    units = sorted(set(treatment) & set(baseline), key=str)
+    diffs = [float(treatment[u]) - float(baseline[u]) for u in units]
     n = len(diffs)
     wins, losses = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
     if n == 0:
@@ -66,6 +69,18 @@ def paired_difference(treatment: Mapping[int, float], baseline: Mapping[int, flo
     stderr = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (n - 1)) / math.sqrt(n)
     half = t_quantile((1 + level) / 2, n - 1) * stderr
     return PairedDifference(mean, stderr, mean - half, mean + half, n, level, wins, losses)
+
+
+def example_means(rows: Iterable[Mapping], metric: str) -> dict[str, float]:
+    """Held-out example id -> the mean of `metric` over that example's rollouts, from an evaluation's rows
+    (results.jsonl): the per-example values that `paired_difference` pairs between two evaluations of the same
+    examples (the same sampling seeds per example and rollout, `rlvr.seeding`)."""
+    per_example: dict[str, list[float]] = {}
+    for row in rows:
+        value = row.get(metric)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            per_example.setdefault(str(row["example_id"]), []).append(float(value))
+    return {example: math.fsum(values) / len(values) for example, values in per_example.items()}
 
 
 @dataclass(frozen=True)
