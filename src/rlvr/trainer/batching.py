@@ -83,10 +83,11 @@ def moving_samples(samples: Sequence[Sample]) -> list[Sample]:
     """The samples that can move the policy when the loss has no KL term (beta = 0): those with a trained token of
     non-zero advantage. Every policy loss in loss.py is a ratio term times the token's advantage, so a token of
     advantage 0 has loss 0 and gradient 0 whatever the ratio; leaving such samples out of the forward and backward
-    passes changes no gradient as long as the loss keeps the whole batch's token count as its denominator. Samples
-    whose credit is logged (`log_key`) stay, so token_credit.jsonl keeps their logprobs."""
-    return [s for s in samples
-            if s.log_key is not None or any(a != 0.0 for a, m in zip(s.advantages, s.loss_mask, strict=True) if m)]
+    passes changes no gradient as long as the loss keeps the whole batch's token count as its denominator. Logged
+    samples (`log_key`) are no exception: token_credit.jsonl then has their advantages (0) and the sampler's logprobs
+    but not the trainer's (null), which the update did not use. Keeping them would forward every sample of the small
+    batches of a CPU run, where the default logs 2 groups and a batch often has 2."""
+    return [s for s in samples if any(a != 0.0 for a, m in zip(s.advantages, s.loss_mask, strict=True) if m)]
 
 
 def _micro_batches(samples: list[Sample], max_samples: int | None, max_tokens: int | None) -> list[list[Sample]]:
