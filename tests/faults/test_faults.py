@@ -36,6 +36,14 @@ def test_resume_command_adds_run_dir_and_resume_to_an_rlvr_train_command_line():
     assert resume_command("runs/y", given) == "rlvr train -e 'a b' -o runs/y --resume"
 
 
+def test_resume_command_of_a_study_or_pipeline_cell_is_the_same_command():
+    argv = ["/venv/bin/rlvr", "study", "--config", "c.toml", "--env-args", '{"task": "x"}', "--out", "runs/s"]
+    assert resume_command("runs/s/cells/grpo/seed-0/train", argv) == (
+        "rlvr study --config c.toml --env-args '{\"task\": \"x\"}' --out runs/s (it resumes "
+        "runs/s/cells/grpo/seed-0/train from its newest checkpoint)")
+    assert resume_command("r", ["rlvr", "pipeline", "p.toml", "--out", "o"]).startswith("rlvr pipeline p.toml --out o (")
+
+
 def test_resume_command_outside_the_cli_names_the_python_call():
     assert "run_training(..., run_dir='r', resume=True)" in resume_command("r", ["script.py", "--steps", "3"])
     # an accelerate worker's argv is `train` alone: it cannot rebuild the command line

@@ -39,10 +39,13 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 def resume_command(run_dir: str | Path, argv: Sequence[str] | None = None) -> str:
     """The command that continues this run from its newest checkpoint: the `rlvr train` command line with
-    `--run-dir` and `--resume` added where missing; any other program gets the Python call."""
+    `--run-dir` and `--resume` added where missing; `rlvr study` and `rlvr pipeline` command lines as they are
+    (they resume an interrupted cell from its checkpoint themselves); any other program gets the Python call."""
     argv = list(sys.argv if argv is None else argv)
     program = Path(argv[0]).name if argv else ""
     from_cli = program == "rlvr" or (program == "__main__.py" and Path(argv[0]).parent.name == "cli")
+    if from_cli and argv[1:2] in (["study"], ["pipeline"]):
+        return shlex.join(["rlvr", *argv[1:]]) + f" (it resumes {run_dir} from its newest checkpoint)"
     if from_cli and argv[1:2] == ["train"] and len(argv) > 2:  # an accelerate worker gets `train` alone
         args = argv[1:]
         if not {"--run-dir", "-o"} & set(args) and not any(a.startswith("--run-dir=") for a in args):
