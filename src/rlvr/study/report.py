@@ -41,6 +41,10 @@ from rlvr.study.stats import (  # noqa: E402
     t_quantile,
 )
 
+# The per-example means of one evaluation: headline metric -> held-out example id -> mean over its rollouts.
+ExampleMeans = dict[str, dict[str, float]]
+MAIN = ""  # the key of a unit's main evaluation (eval/) beside its [evaluation.sets] names
+
 
 @dataclass(frozen=True)
 class CellRecord:
@@ -58,11 +62,6 @@ class CellRecord:
     replicate: int = 0  # 0: the cell; K >= 1: its K-th same-seed re-run
     sets: dict[str, dict[str, Stat]] = field(default_factory=dict)  # [evaluation.sets] name -> its evaluation
     examples: dict[str, ExampleMeans] = field(default_factory=dict)  # evaluation (MAIN or a set) -> per example
-
-
-# The per-example means of one evaluation: headline metric -> held-out example id -> mean over its rollouts.
-ExampleMeans = dict[str, dict[str, float]]
-MAIN = ""  # the key of a unit's main evaluation (eval/) beside its [evaluation.sets] names
 
 
 def read_summary(eval_dir: Path) -> dict[str, Stat]:
@@ -369,10 +368,11 @@ def render_paired_over_examples(data: StudyData, headline: Sequence[str]) -> lis
     also = f" (and for {rep.baseline}'s cell of that seed)" if len(compare) > 1 else ""
     lines = ["## Paired over the held-out examples (within a seed)", "",
              "Per cell: on each held-out example, the mean over its rollouts minus the same example's mean for the "
-             f"base model of the same seed{also}, sampled with the same per-request seeds; mean [{rep.confidence:.0%} interval, Student's t over the examples] and the examples "
-             "where the cell was higher out of those paired. This interval covers the evaluation's sampling and the "
-             "choice of examples for one training run, not what another training seed would do (the tables over "
-             "seeds above): it is the uncertainty a one-seed cell has."]
+             f"base model of the same seed{also}, sampled with the same per-request seeds; mean "
+             f"[{rep.confidence:.0%} interval, Student's t over the examples] and the examples where the cell was "
+             "higher out of those paired. This interval covers the evaluation's sampling and the choice of examples "
+             "for one training run, not what another training seed would do (the tables over seeds above): it is "
+             "the uncertainty a one-seed cell has."]
     header = ["cell", *(f"{m}: - {other or 'base'}" for other in compare for m in headline)]
     for evaluation in evaluations:
         rows = [[f"{c.algo}/seed-{c.seed}",
