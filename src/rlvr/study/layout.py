@@ -8,6 +8,8 @@
     .../eval-NAME/                the same weights on held-out set NAME ([evaluation.sets]; base/ and cells/)
     cells/ALGO/seed-S/done.json   completion marker (wall times, resume point, tokens): a cell without it is rerun,
                                   resuming its training from the newest checkpoint-N/
+    cells/ALGO/seed-S/failed.json the error of a cell that failed (the study went on with the others); the next
+                                  invocation retries the cell and removes it once the cell finishes
     cells/ALGO/seed-S/replicate-K/  the K-th re-run of the cell with the same seed (K >= 1; `replicates`), laid out
                                   like the cell (train/, eval/, done.json)
     report.md, summary.json, plots/*.png
@@ -20,6 +22,7 @@ from pathlib import Path
 
 MANIFEST = "study.json"
 DONE = "done.json"
+FAILED = "failed.json"
 
 
 def is_study(directory: Path) -> bool:
@@ -74,6 +77,15 @@ class StudyLayout:
     @staticmethod
     def done(unit: Path) -> Path:
         return unit / DONE
+
+    @staticmethod
+    def failed(unit: Path) -> Path:
+        return unit / FAILED
+
+    def failed_units(self) -> list[Path]:
+        """The cells and re-runs whose last attempt failed: a failure record and no completion marker."""
+        return sorted(p.parent for p in self.root.glob(f"cells/*/seed-*/**/{FAILED}")
+                      if not (p.parent / DONE).is_file())
 
     def finished_cells(self) -> list[tuple[str, int]]:
         """(algo, seed) of every cell with a completion marker, whatever grid asked for it."""

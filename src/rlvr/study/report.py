@@ -116,6 +116,7 @@ class StudyData:
     replicates: list[CellRecord]  # their same-seed re-runs (replicate >= 1)
     base_sets: dict[str, dict[int, dict[str, Stat]]] = field(default_factory=dict)  # set -> seed -> base evaluation
     base_examples: dict[int, dict[str, ExampleMeans]] = field(default_factory=dict)  # seed -> evaluation -> ...
+    failures: list[dict[str, Any]] = field(default_factory=list)  # failed.json of the cells whose last attempt failed
 
     @property
     def algos(self) -> list[str]:
@@ -198,6 +199,7 @@ def load_study(root: Path) -> StudyData:
         cells=[read_cell(layout, a, s, sets=sets, metrics=report.headline) for a, s in layout.finished_cells()],
         replicates=[read_cell(layout, a, s, k) for a, s, k in layout.finished_replicates()],
         base_sets=base_sets, base_examples=base_examples,
+        failures=[json.loads(layout.failed(unit).read_text()) for unit in layout.failed_units()],
     )
 
 
@@ -244,6 +246,11 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
     lines = [f"# Credit-assignment study: {', '.join(s['algos'])} on {s['env']} with {s['model']}", ""]
     lines.append(f"{len(data.cells)} of {len(grid)} cells finished ({len(algos)} algorithms x seeds "
                  f"{', '.join(map(str, s['seeds']))})." + (f" Missing: {', '.join(missing)}." if missing else ""))
+    if data.failures:
+        lines += ["", f"**{len(data.failures)} cell(s) failed** in their last attempt (the study went on; the same "
+                  "command retries them; the traceback is in each cell's failed.json):", ""]
+        lines += [f"- {f['algo']}/seed-{f['seed']}" + (f"/replicate-{f['replicate']}" if f.get("replicate") else "")
+                  + f" ({f['failed']}): {f['error']}" for f in data.failures]
     sampling = ", ".join(f"{k} {v}" for k, v in data.sampling.items())
     lines += ["", "Every cell: " + ", ".join(f"{k} = {v}" for k, v in budget.items()) + "; environment "
               f"`{json.dumps(s['env_args'])}`. Held-out evaluation before training (once per seed, the base model) "
@@ -460,6 +467,7 @@ def summary_record(data: StudyData) -> dict[str, Any]:
                                                      for m in means}
                                    for other in (None, data.report.baseline) if other != c.algo}
             for evaluation, means in c.examples.items()} for c in data.cells if c.examples},
+        "failed": data.failures,
         "baseline": data.report.baseline,
     }
 

@@ -25,6 +25,7 @@ import resource
 import shutil
 import subprocess
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,13 @@ class Manifest:
         atomic_write_json(self.path, self.data)
 
     def record(self, kind: str, key: str, done: dict[str, Any]) -> None:
-        self.data[kind][key] = done
+        self.data.setdefault(kind, {})[key] = done
         self.save()
+
+    def forget_failure(self, key: str) -> None:
+        """A retried cell that finished is no longer failed."""
+        if self.data.get("failed", {}).pop(key, None) is not None:
+            self.save()
 
     def finish(self) -> None:
         self.data["invocations"][-1]["finished"] = _now()
@@ -262,6 +268,21 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
             shutil.rmtree(checkpoint, ignore_errors=True)
 
 
+def record_failure(layout: StudyLayout, manifest: Manifest, algo: str, seed: int, replicate: int,
+                   err: Exception) -> str:
+    """failed.json in the cell's folder and in the manifest: the error and the end of its traceback."""
+    key = cell_key(algo, seed, replicate)
+    unit = layout.cell(algo, seed, replicate)
+    failure = {"algo": algo, "seed": seed, "replicate": replicate, "error": f"{type(err).__name__}: {err}",
+               "traceback": traceback.format_exc().splitlines()[-40:], "failed": _now()}
+    unit.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(layout.failed(unit), failure)
+    manifest.record("failed", key, failure)
+    console.print(f"[bold red]cell {key} failed[/]: {failure['error']}\n(recorded in {layout.failed(unit)}; the "
+                  "study goes on with the next cell, and the same command retries this one)", highlight=False)
+    return key
+
+
 def pending(settings: StudySettings, layout: StudyLayout) -> tuple[list[int], list[tuple[str, int, int]]]:
     """(seeds without a base evaluation, (algo, seed, replicate) of the cells without a completion marker) of this
     invocation's grid, in run order: replicate by replicate (every cell before any re-run), seed by seed."""
@@ -273,16 +294,19 @@ def pending(settings: StudySettings, layout: StudyLayout) -> tuple[list[int], li
 
 def run_study(settings: StudySettings, out: Path, *, command: str | None = None, env=None,
               server_timeout: float = 900) -> Path:
-    """Run the study's missing units into `out` and write its report; returns report.md.
+    """Run the study's missing units into `out` and write its report; returns report.md. A cell that raises is
+    recorded (failed.json) and the others run; the report lists it, then StudyError names the failed cells.
 
     env: a loaded verifiers environment to use instead of loading `settings.env` (tests, notebooks).
     command: the command line to record in the manifest (the CLI passes its own).
     """
     from rlvr.study.report import write_report
+    from rlvr.trainer.rollout_client import ServerError
 
     layout = StudyLayout(Path(out))
     check_study(settings, layout.root)
     bases, cells = pending(settings, layout)
+    failed: list[str] = []
     check_offline_datasets(settings, [algo for algo, _, _ in cells])
     if bases or cells:
         check_model(settings.model)
@@ -305,6 +329,18 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
                 run_base(envs, server, settings, layout, seed, manifest)
             for number, (algo, seed, replicate) in enumerate(cells, start=1):
                 console.rule(f"[bold]cell {number}/{len(cells)}: {cell_key(algo, seed, replicate)}")
-                run_cell(envs, server, settings, layout, algo, seed, manifest, replicate)
+                try:
+                    run_cell(envs, server, settings, layout, algo, seed, manifest, replicate)
+                except (ServerError, MemoryError):
+                    raise  # every later cell would meet them: the study stops (the same command resumes it)
+                except Exception as err:  # this cell's own failure, e.g. a rollout its recipe cannot train on
+                    failed.append(record_failure(layout, manifest, algo, seed, replicate, err))
+                else:
+                    layout.failed(layout.cell(algo, seed, replicate)).unlink(missing_ok=True)
+                    manifest.forget_failure(cell_key(algo, seed, replicate))
     manifest.finish()
-    return write_report(layout.root)
+    report = write_report(layout.root)
+    if failed:
+        raise StudyError(f"{len(failed)} of {len(cells)} cell(s) failed: {', '.join(failed)}. Each error is in the "
+                         f"cell's failed.json and in {report}; the other cells ran. The same command retries them.")
+    return report

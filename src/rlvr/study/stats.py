@@ -2,9 +2,10 @@
 and the mean curve of several seeds with its band.
 
 The unit of replication is the seed: one cell (algorithm, seed) is one training run, and its evaluation mean is one
-observation. Within one seed, two evaluations of the same held-out examples pair example by example (`example_means`):
-that interval covers the evaluation's sampling and the choice of examples, not a re-run with another seed. Cells of the same seed share their data order and initial weights (the seeded dataset shuffle and
+observation. Cells of the same seed share their data order and initial weights (the seeded dataset shuffle and
 model), so two algorithms are compared seed by seed (paired), which removes the seed-to-seed spread that both share.
+Within one seed, two evaluations of the same held-out examples pair example by example (`example_means`); that
+interval covers the evaluation's sampling and the choice of examples, not a re-run with another seed.
 Same-seed re-runs of a cell (replicates) measure what one run's value does not carry in its evaluation s.e.: the
 nondeterminism left after seeding (`rerun_spread`, `pooled_replicate_sd`).
 """
