@@ -249,8 +249,7 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
     if data.failures:
         lines += ["", f"**{len(data.failures)} cell(s) failed** in their last attempt (the study went on; the same "
                   "command retries them; the traceback is in each cell's failed.json):", ""]
-        lines += [f"- {f['algo']}/seed-{f['seed']}" + (f"/replicate-{f['replicate']}" if f.get("replicate") else "")
-                  + f" ({f['failed']}): {f['error']}" for f in data.failures]
+        lines += [f"- {f['cell']} ({f['failed']}): {f['error']}" for f in data.failures]
     sampling = ", ".join(f"{k} {v}" for k, v in data.sampling.items())
     lines += ["", "Every cell: " + ", ".join(f"{k} = {v}" for k, v in budget.items()) + "; environment "
               f"`{json.dumps(s['env_args'])}`. Held-out evaluation before training (once per seed, the base model) "

@@ -273,7 +273,7 @@ def record_failure(layout: StudyLayout, manifest: Manifest, algo: str, seed: int
     """failed.json in the cell's folder and in the manifest: the error and the end of its traceback."""
     key = cell_key(algo, seed, replicate)
     unit = layout.cell(algo, seed, replicate)
-    failure = {"algo": algo, "seed": seed, "replicate": replicate, "error": f"{type(err).__name__}: {err}",
+    failure = {"cell": key, "algo": algo, "seed": seed, "replicate": replicate, "error": f"{type(err).__name__}: {err}",
                "traceback": traceback.format_exc().splitlines()[-40:], "failed": _now()}
     unit.mkdir(parents=True, exist_ok=True)
     atomic_write_json(layout.failed(unit), failure)
