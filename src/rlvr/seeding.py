@@ -118,17 +118,32 @@ def seeded_rollouts(env, run_seed: int | None, stream: str, batch: int = 0):
     if run_seed is None:
         yield env
         return
-    original = env.rollout
 
-    async def rollout(input, client, model, sampling_args=None):
+    def seeded(input, client):
         if ROLLOUT_FIELD not in input:
             raise ValueError(f"rollout input of example {input.get('example_id')} has no {ROLLOUT_FIELD!r}: "
                              "number the inputs with rlvr.seeding.number_rollouts before generate()")
-        seeds = rollout_seeds(run_seed, stream, batch, input["example_id"], input[ROLLOUT_FIELD])
-        return await original(input, SeededClient(client, seeds), model, sampling_args)
+        return SeededClient(client, rollout_seeds(run_seed, stream, batch, input["example_id"], input[ROLLOUT_FIELD]))
 
-    own = vars(env).get("rollout")  # an instance attribute of its own (a seeded block within another)
-    env.rollout = rollout  # an instance attribute: found before the class's method
+    with rollout_client_views(env, seeded):
+        yield env
+
+
+@contextmanager
+def rollout_client_views(env, view):
+    """Within the block, each rollout of `env` talks to `view(input, client)` instead of the client (`env.generate`
+    passes one client to all rollouts; a view keeps what belongs to one rollout: its seeds, its token history).
+
+    verifiers' `Environment.run_rollout` calls `self.rollout(input, client, ...)` once per rollout, in its own task;
+    the hook is an instance attribute `rollout` (found before the class's method) for the duration of the block.
+    Blocks nest: a view wraps the client the enclosing block's view was given."""
+    original = env.rollout
+
+    async def rollout(input, client, model, sampling_args=None):
+        return await original(input, view(input, client), model, sampling_args)
+
+    own = vars(env).get("rollout")  # an instance attribute of its own (a block within another)
+    env.rollout = rollout
     try:
         yield env
     finally:

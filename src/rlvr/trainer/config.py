@@ -94,6 +94,12 @@ class OnPolicyConfig(RLConfig):
         default=True,
         metadata={"help": "One sample per rollout when its history is token-prefix-consistent (else per step)."},
     )
+    token_prompts: bool = field(
+        default=False,
+        metadata={"help": "Prompt each turn after the first with the token ids the model sampled, not a re-rendering "
+                  "of its text (rlvr.token_prompts): every rollout whose environment keeps its history is then one "
+                  "token sequence, which gae='token' needs. False: the server renders each turn from messages."},
+    )
     weight_sync: Literal["auto", "nccl", "cpu"] = field(
         default="auto", metadata={"help": "auto: nccl when CUDA is available, the CPU transport otherwise."}
     )

@@ -198,7 +198,7 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         return RolloutClient(
             server_url, model_name, tokenizer, sampling_args=args.sampling_args, max_concurrent=args.max_concurrent,
             timeout=args.generation_timeout, sync=self.sync_mode, connection_timeout=args.vllm_server_timeout,
-            sampling_seed=args.seed if args.seed_sampling else None,
+            sampling_seed=args.seed if args.seed_sampling else None, token_prompts=args.token_prompts,
         )
 
     def training_rows(self, env: vf.Environment, tokenizer):

@@ -197,7 +197,8 @@ class PPOTrainer(OnPolicyTrainer):
         if args.gae == "token" and unpacked:
             raise RuntimeError(
                 f"gae='token' needs each rollout as one token sequence, but {len(unpacked)} rollout(s) are not "
-                f"token-prefix-consistent (e.g. example {unpacked[0][0]}: {unpacked[0][1]}); use gae='multi_turn'")
+                f"token-prefix-consistent (e.g. example {unpacked[0][0]}: {unpacked[0][1]}); set token_prompts=true "
+                "(each turn prompted with the sampled token ids) or use gae='multi_turn'")
         trajectories = self.trajectories(rollouts, layouts)
         estimates = [
             estimate(args.gae, t.rewards(args.kl_reward_coef), t.values, t.turn_index, gamma=args.gamma,

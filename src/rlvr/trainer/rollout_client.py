@@ -28,6 +28,7 @@ from openai import AsyncOpenAI
 from rlvr.rollouts import Rollout, from_state
 from rlvr.seeding import number_rollouts, seeded_rollouts
 from rlvr.serve.protocol import WEIGHT_VERSION_FIELD, WEIGHT_VERSION_PATH
+from rlvr.token_prompts import token_prompt_rollouts
 
 
 class ServerError(RuntimeError):
@@ -157,9 +158,12 @@ class RolloutClient:
     """One rollout server as the trainer sees it: checked at construction, then asked for rollouts and weights."""
 
     def __init__(self, url: str, model: str, tokenizer, *, sampling_args: Mapping[str, Any], max_concurrent: int,
-                 timeout: float, sync: str, connection_timeout: float = 300.0, sampling_seed: int | None = None):
+                 timeout: float, sync: str, connection_timeout: float = 300.0, sampling_seed: int | None = None,
+                 token_prompts: bool = False):
         self.url = url.rstrip("/").removesuffix("/v1")
         self.model = check_server(self.url, model, tokenizer)
+        self.tokenizer = tokenizer
+        self.token_prompts = token_prompts  # turns after the first prompted with the sampled ids (rlvr.token_prompts)
         check_token_ids(self.url, self.model, dict(sampling_args))
         self.sampling_args = dict(sampling_args)
         self.max_concurrent = max_concurrent
@@ -192,7 +196,8 @@ class RolloutClient:
         training batch's index, part of every request's sampling seed."""
         start = time.perf_counter()
         inputs = number_rollouts(rows.repeat(rollouts_per_example).to_list())
-        with seeded_rollouts(env, self.sampling_seed, "train", batch):
+        with (seeded_rollouts(env, self.sampling_seed, "train", batch),
+              token_prompt_rollouts(env, self.tokenizer, self.token_prompts)):
             outputs = self._loop.run_until_complete(env.generate(
                 inputs, client=self._openai, model=self.model, sampling_args=dict(self.sampling_args),
                 max_concurrent=self.max_concurrent, use_tqdm=False,
