@@ -7,6 +7,7 @@ are about the study's control flow around a cell, and the real cells run in test
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from contextlib import contextmanager
@@ -97,3 +98,28 @@ def test_a_server_that_went_away_ends_the_study_at_once(tmp_path, stand_ins):
         runner.run_study(SETTINGS, tmp_path, env=load_environment())
     assert ran == ["grpo", "ppo_token"]  # mt_grpo never started
     assert not StudyLayout(tmp_path).failed(StudyLayout(tmp_path).cell("ppo_token", 0)).exists()
+
+
+def test_a_failed_algorithm_may_change_its_options_and_retries_with_them(tmp_path, stand_ins):
+    """The fix for a failed cell can be an option (here: token prompts for token-level GAE): an algorithm without a
+    finished cell may change its options on a resumed study; a finished one may not (its cells share one budget).
+    The retried cell's partial training, made under the old options, is not resumed."""
+    ran, failing = stand_ins
+    with pytest.raises(StudyError, match="1 of 3 cell"):
+        runner.run_study(SETTINGS, tmp_path, env=load_environment())
+    layout = StudyLayout(tmp_path)
+    unit = layout.cell("ppo_token", 0)
+    assert json.loads(layout.failed(unit).read_text())["training"] == SETTINGS.cell_training("ppo_token")
+    fixed = dataclasses.replace(SETTINGS, algo_options={"ppo_token": {"gae": "token", "token_prompts": True}})
+    assert runner.failed_with_other_options(layout, unit, fixed.cell_training("ppo_token"))
+    assert not runner.failed_with_other_options(layout, unit, SETTINGS.cell_training("ppo_token"))
+    assert not runner.failed_with_other_options(layout, layout.cell("grpo", 0), SETTINGS.cell_training("grpo"))
+
+    del failing["ppo_token"]
+    runner.run_study(fixed, tmp_path, env=load_environment())
+    assert ran[3:] == ["ppo_token"]
+    stored = json.loads(layout.manifest.read_text())["settings"]["algo_options"]
+    assert stored["ppo_token"] == {"gae": "token", "token_prompts": True}
+    finished_changed = dataclasses.replace(fixed, algo_options={**fixed.algo_options, "grpo": {"beta": 0.1}})
+    with pytest.raises(StudyError, match=r"algo_options\.grpo: None -> \{'beta': 0\.1\}"):
+        runner.run_study(finished_changed, tmp_path, env=load_environment())

@@ -92,7 +92,7 @@ class Manifest:
 
         if layout.manifest.is_file():
             data = json.loads(layout.manifest.read_text())
-            merged = merge_grids(StudySettings.from_dict(data["settings"]), settings)
+            merged = merge_grids(StudySettings.from_dict(data["settings"]), settings, finished_algos(layout))
         else:
             data, merged = {"created": _now(), "invocations": [], "cells": {}, "bases": {}}, settings
         data["settings"] = merged.to_dict()
@@ -123,6 +123,11 @@ class Manifest:
         self.save()
 
 
+def finished_algos(layout: StudyLayout) -> set[str]:
+    """The algorithms with a finished cell or replicate: their options are fixed (`merge_grids`)."""
+    return {algo for algo, _ in layout.finished_cells()} | {algo for algo, _, _ in layout.finished_replicates()}
+
+
 def cell_config(settings: StudySettings, algo: str, seed: int, train_dir: Path):
     from rlvr.trainer import build_config
 
@@ -149,7 +154,8 @@ def check_study(settings: StudySettings, out: Path) -> None:
     layout = StudyLayout(Path(out))
     check_configs(settings, layout)
     if layout.manifest.is_file():
-        merge_grids(StudySettings.from_dict(json.loads(layout.manifest.read_text())["settings"]), settings)
+        merge_grids(StudySettings.from_dict(json.loads(layout.manifest.read_text())["settings"]), settings,
+                    finished_algos(layout))
 
 
 def check_offline_datasets(settings: StudySettings, algos: list[str]) -> None:
@@ -235,6 +241,10 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
     unit = layout.cell(algo, seed, replicate)
     train_dir = layout.train(unit)
     final = train_dir / "final"
+    if train_dir.is_dir() and failed_with_other_options(layout, unit, settings.cell_training(algo)):
+        console.print(f"{cell_key(algo, seed, replicate)} failed with other training options: its partial training "
+                      f"({train_dir}) starts over with the current ones")
+        shutil.rmtree(train_dir)
     wall: dict[str, float] = {}
     start = time.perf_counter()
     resumed_from = get_last_checkpoint(str(train_dir)) if train_dir.is_dir() else None
@@ -268,13 +278,27 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
             shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-def record_failure(layout: StudyLayout, manifest: Manifest, algo: str, seed: int, replicate: int,
-                   err: Exception) -> str:
-    """failed.json in the cell's folder and in the manifest: the error and the end of its traceback."""
+def failed_with_other_options(layout: StudyLayout, unit: Path, options: dict[str, Any]) -> bool:
+    """The unit's last attempt failed with training options other than `options` (its algorithm's options changed
+    since, `merge_grids`): a checkpoint it left must not be resumed under the new ones."""
+    import json
+
+    failed = layout.failed(unit)
+    if not failed.is_file():
+        return False
+    recorded = json.loads(failed.read_text()).get("training")
+    return recorded is not None and recorded != json.loads(json.dumps(options))
+
+
+def record_failure(layout: StudyLayout, manifest: Manifest, settings: StudySettings, algo: str, seed: int,
+                   replicate: int, err: Exception) -> str:
+    """failed.json in the cell's folder and in the manifest: the error, the end of its traceback and the cell's
+    training options."""
     key = cell_key(algo, seed, replicate)
     unit = layout.cell(algo, seed, replicate)
     failure = {"cell": key, "algo": algo, "seed": seed, "replicate": replicate, "error": f"{type(err).__name__}: {err}",
-               "traceback": traceback.format_exc().splitlines()[-40:], "failed": _now()}
+               "traceback": traceback.format_exc().splitlines()[-40:], "failed": _now(),
+               "training": settings.cell_training(algo)}
     unit.mkdir(parents=True, exist_ok=True)
     atomic_write_json(layout.failed(unit), failure)
     manifest.record("failed", key, failure)
@@ -334,7 +358,7 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
                 except (ServerError, MemoryError):
                     raise  # every later cell would meet them: the study stops (the same command resumes it)
                 except Exception as err:  # this cell's own failure, e.g. a rollout its recipe cannot train on
-                    failed.append(record_failure(layout, manifest, algo, seed, replicate, err))
+                    failed.append(record_failure(layout, manifest, settings, algo, seed, replicate, err))
                 else:
                     layout.failed(layout.cell(algo, seed, replicate)).unlink(missing_ok=True)
                     manifest.forget_failure(cell_key(algo, seed, replicate))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,12 +249,16 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def merge_grids(stored: StudySettings, current: StudySettings) -> StudySettings:
+def merge_grids(stored: StudySettings, current: StudySettings,
+                finished: Collection[str] | None = None) -> StudySettings:
     """The settings of a study directory after this invocation: the budget must match what it was started with;
-    the grid is the union (stored order first, replicates the larger), the report options are this invocation's."""
+    the grid is the union (stored order first, replicates the larger), the report options are this invocation's.
+
+    `finished`: the algorithms with a finished cell (None: every stored one); their options must not change. An
+    algorithm whose cells all failed or never ran may change its options: its failed cells retry with the new ones."""
     old, new = stored.comparable(), current.comparable()
     changed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    for algo in sorted(set(stored.algos) & set(current.algos)):
+    for algo in sorted(set(stored.algos) & set(current.algos) & set(stored.algos if finished is None else finished)):
         for table in ("algo_options", "offline_datasets", "variants"):
             before, after = getattr(stored, table).get(algo), getattr(current, table).get(algo)
             if before != after:
