@@ -20,7 +20,7 @@ LAYERS = {
     "retrieval": 2, "serve": 2,
     "data": 3, "tools": 3, "rubrics": 3, "history": 3,
     "rollouts": 4, "hub": 4, "seeding": 4,
-    "evaluation": 5, "testing": 5,
+    "evaluation": 5, "testing": 5, "token_prompts": 5,
     "trainer": 6,
     "offline": 7, "analysis": 7,
     "demo": 8,
