@@ -18,7 +18,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.credit import ESTIMATORS, TurnTokens, compute_advantages
+from rlvr.credit import TurnTokens, compute_advantages, get_estimator
 from rlvr.serve.protocol import WEIGHT_VERSION_END_FIELD, WEIGHT_VERSION_FIELD
 
 
@@ -134,9 +134,10 @@ def group_by_example(rollouts: Sequence[Rollout]) -> list[list[Rollout]]:
 
 def assign_advantages(group: Sequence[Rollout], estimator: str, params: Mapping[str, Any]) -> list[Rollout]:
     """The group's rollouts with one advantage per turn from `estimator` (rlvr.credit) run with `params`."""
-    spec = ESTIMATORS.get(estimator)
-    if spec is None:
-        raise CreditError(f"unknown estimator {estimator!r}; choose one of {sorted(ESTIMATORS)}")
+    try:
+        spec = get_estimator(estimator)  # registered, or yours by import path
+    except ValueError as err:
+        raise CreditError(str(err)) from err
     if spec.turn_level and not all(r.turn_level for r in group if r.turns):
         raise CreditError(
             f"estimator {estimator!r} assigns credit per turn and needs turn rewards, but this environment's rubric "

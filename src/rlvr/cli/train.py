@@ -58,9 +58,16 @@ def config_fields(algo: str) -> dict[str, dataclasses.Field]:
 
 
 def check_algo(algo: str) -> None:
+    from rlvr.trainer.recipes import algorithm
+
     known = algorithms()
-    if algo not in known:
-        raise fail(f"unknown --algo {algo!r}." + (did_you_mean(algo, known) or f" Use one of {', '.join(known)}."))
+    try:
+        algorithm(algo)
+    except KeyError:
+        raise fail(f"unknown --algo {algo!r}." + (did_you_mean(algo, known) or f" Use one of {', '.join(known)}.")
+                   + " An estimator of your own: its import path, e.g. --algo my_credit.estimators.mine") from None
+    except ValueError as err:
+        raise fail(f"--algo {algo!r}: {err}") from None
 
 
 def check_keys(keys, algo: str, where: str) -> None:

@@ -12,6 +12,8 @@ with K assistant turns has turns 0..K-1, and its outcome arrives with its last t
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import math
 from collections import defaultdict
@@ -288,7 +290,8 @@ def gigpo(
 
 @dataclass(frozen=True)
 class Estimator:
-    """A registered estimator. Adding one means writing its function above and one entry below."""
+    """An estimator and what it reads. Adding one to rlvr means writing its function above and one entry below; one
+    of your own needs neither: name it by its import path (`get_estimator`)."""
 
     func: Callable[..., list[list[float]]]
     summary: str  # one line for `rlvr train --help` and the docs
@@ -311,7 +314,7 @@ _INPUTS = ("turn_rewards", "outcome_rewards", "first_result_turn", "state_keys")
 
 def estimator_parameters(name: str) -> dict[str, Any]:
     """The tunable parameters of an estimator and their defaults (its keyword-only arguments)."""
-    func = _get(name).func
+    func = get_estimator(name).func
     return {n: p.default for n, p in inspect.signature(func).parameters.items() if n not in _INPUTS}
 
 
@@ -336,10 +339,38 @@ def merge_params(name: str, environment: Mapping[str, Any], training: Mapping[st
     return {**{k: v for k, v in environment.items() if k in accepted}, **training}
 
 
-def _get(name: str) -> Estimator:
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
-    return ESTIMATORS[name]
+def is_import_path(name: str) -> bool:
+    """An estimator written outside rlvr is named by its import path (`my_credit.estimators.my_estimator`); the
+    registry's names have no dot."""
+    return "." in name and all(part.isidentifier() for part in name.split("."))
+
+
+def get_estimator(name: str) -> Estimator:
+    """A registered estimator by name, or one from outside rlvr by its import path: an `Estimator`, or a function
+    with the estimators' signature `f(turn_rewards, outcome_rewards, first_result_turn, *, params...)` (taken as
+    turn-level, without anchor states; wrap it in an `Estimator` to say otherwise)."""
+    if name in ESTIMATORS:
+        return ESTIMATORS[name]
+    if not is_import_path(name):
+        raise ValueError(f"unknown estimator {name!r}; choose one of {sorted(ESTIMATORS)}, or name one of your own "
+                         "by its import path (my_credit.estimators.my_estimator)")
+    return _imported(name)
+
+
+@functools.cache
+def _imported(path: str) -> Estimator:
+    module, _, attribute = path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"estimator {path!r}: cannot import it ({type(err).__name__}: {err}); the module must be "
+                         "importable from here (pip install -e your package, or put its folder on PYTHONPATH)") from err
+    if isinstance(found, Estimator):
+        return found
+    if not callable(found):
+        raise ValueError(f"estimator {path!r} is a {type(found).__name__}, not a function or an rlvr.credit.Estimator")
+    summary = (inspect.getdoc(found) or path).splitlines()[0]
+    return Estimator(found, summary)
 
 
 def compute_advantages(
@@ -357,7 +388,7 @@ def compute_advantages(
     name is an error rather than silently ignored. `state_keys` (one anchor-state key per turn) are read by the
     estimators that group by anchor state (gigpo) and ignored by the others.
     """
-    spec = _get(estimator)
+    spec = get_estimator(estimator)
     _validate(turn_rewards, outcome_rewards, first_result_turn, state_keys)
     turn_rewards = [[float(r) for r in t] for t in turn_rewards]
     outcome_rewards = [float(o) for o in outcome_rewards]

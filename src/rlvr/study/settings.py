@@ -134,7 +134,16 @@ class StudySettings:
     replicates: int = 1  # same-seed runs of every cell: the first is the cell, the others measure re-run spread
 
     def __post_init__(self):
-        from rlvr.trainer.recipes import ALGORITHMS
+        from rlvr.trainer.recipes import ALGORITHMS, algorithm
+
+        def registered(name: str) -> bool:  # or an estimator of your own by its import path
+            try:
+                algorithm(name)
+            except KeyError:
+                return False
+            except ValueError as err:
+                raise StudyError(f"algorithm {name!r}: {err}") from None
+            return True
 
         if not self.algos:
             raise StudyError("algos is empty: name at least one algorithm (`rlvr train --list` shows them)")
@@ -142,15 +151,16 @@ class StudySettings:
             if name in ALGORITHMS or not VARIANT_NAME.fullmatch(name):
                 raise StudyError(f"[variants] {name} = {algo!r}: a variant needs a name of its own (letters, digits, "
                                  f"_ - .; not a registered algorithm's), e.g. {algo}_variant = {algo!r}")
-            if algo not in ALGORITHMS:
+            if not registered(algo):
                 raise StudyError(f"[variants] {name} = {algo!r}: {algo!r} is not a registered algorithm "
                                  f"({', '.join(ALGORITHMS)})")
         known = [*ALGORITHMS, *self.variants]
         for algo in [*self.algos, *self.algo_options]:
-            if algo not in known:
+            if algo not in self.variants and not registered(algo):
                 raise StudyError(f"unknown algorithm {algo!r}." + (did_you_mean(algo, known) or
                                  f" Registered: {', '.join(ALGORITHMS)}.") + " A variant of a registered "
-                                 "algorithm is named in [variants], e.g. ppo_bi_level = \"ppo\".")
+                                 "algorithm is named in [variants], e.g. ppo_bi_level = \"ppo\"; an estimator of "
+                                 "your own by its import path, e.g. my_credit.estimators.mine.")
         if len(set(self.algos)) != len(self.algos):
             raise StudyError(f"algos {self.algos} names an algorithm twice")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

@@ -28,6 +28,7 @@ from functools import lru_cache
 import numpy as np
 
 from rlvr.credit import ESTIMATORS, compute_advantages, estimate, estimator_parameters, token_rewards, whiten
+from rlvr.credit.estimators import is_import_path
 from rlvr.credit.gae import GAE_ESTIMATORS
 from rlvr.suite.tasks import Task, solve
 
@@ -49,7 +50,8 @@ _SUBOPTIMAL_GAP = 1e-9
 class Method:
     """A way of computing advantages, written `name` or `name:key=value,key=value`.
 
-    Group estimators by their registry name (`mt_grpo_k:unreached=zero`); PPO's GAE modes as `ppo/<mode>`
+    Group estimators by their registry name (`mt_grpo_k:unreached=zero`) or, written outside rlvr, by their import
+    path (`my_credit.estimators.mine:coef=0.5`, rlvr.credit.get_estimator); PPO's GAE modes as `ppo/<mode>`
     (`ppo/bi_level:returns=turn_gae`), with PPOConfig's defaults for what is not given; OREO from a fixed dataset
     as `oreo` (`oreo:behaviour=mixed,select=value`; rlvr.suite.offline)."""
 
@@ -85,11 +87,12 @@ def parse_method(spec: str) -> Method:
         unknown = sorted({k for k, _ in params} - set(GAE_DEFAULTS))
     elif name == OREO:
         unknown = sorted({k for k, _ in params} - set(OREO_DEFAULTS))
-    elif name in ESTIMATORS:
+    elif name in ESTIMATORS or is_import_path(name):  # an estimator of your own: my_credit.estimators.mine
         unknown = sorted({k for k, _ in params} - set(estimator_parameters(name)) - {"state_keys"})
     else:
         raise ValueError(f"unknown method {name!r}: an estimator of rlvr.credit.ESTIMATORS ({sorted(ESTIMATORS)}) "
-                         f"or ppo/<mode> with mode in {GAE_ESTIMATORS}, or {OREO} (offline)")
+                         f"or one of your own by its import path (my_credit.estimators.mine), ppo/<mode> with mode "
+                         f"in {GAE_ESTIMATORS}, or {OREO} (offline)")
     if unknown:
         raise ValueError(f"method {spec!r}: {name} has no parameter(s) {unknown}")
     method = Method(spec, name, tuple(params))

@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 from peft import LoraConfig
 from verifiers.rl.trainer import RLConfig
 
-from rlvr.credit import ESTIMATORS, estimator_parameters
+from rlvr.credit import ESTIMATORS, estimator_parameters, get_estimator
 
 LOSS_TYPES = ("ppo_clip", "masked_is", "decoupled_clip")
 WEIGHT_SYNC = ("auto", "nccl", "cpu")
@@ -244,7 +244,8 @@ class MTGRPOConfig(OnPolicyConfig):
 
     algo: str = field(
         default="mt_grpo",
-        metadata={"help": f"Credit estimator (rlvr.credit.ESTIMATORS): {', '.join(ESTIMATORS)}."},
+        metadata={"help": f"Credit estimator (rlvr.credit.ESTIMATORS): {', '.join(ESTIMATORS)}; or one of your own by "
+                  "its import path (rlvr.credit.get_estimator)."},
     )
     credit: dict = field(
         default_factory=dict,
@@ -254,8 +255,10 @@ class MTGRPOConfig(OnPolicyConfig):
 
     def _validate(self) -> None:
         super()._validate()
-        if self.algo not in ESTIMATORS:
-            raise ConfigError(f"algo={self.algo!r} is not a group-credit estimator; choose one of {sorted(ESTIMATORS)}")
+        try:
+            get_estimator(self.algo)  # registered, or yours by import path
+        except ValueError as err:
+            raise ConfigError(f"algo={self.algo!r} is not a group-credit estimator: {err}") from err
         unknown = sorted(set(self.credit) - set(estimator_parameters(self.algo)))
         if unknown:
             raise ConfigError(f"credit parameter(s) {unknown} do not apply to algo={self.algo!r}; it takes "

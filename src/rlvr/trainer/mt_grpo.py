@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from rlvr.credit import ESTIMATORS, merge_params
+from rlvr.credit import get_estimator, merge_params
 from rlvr.rollouts import CreditError, Rollout, assign_advantages, group_by_example
 from rlvr.rubrics import find_turn_rubrics
 from rlvr.trainer.config import ConfigError, MTGRPOConfig
@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 def credit_params(env, args: MTGRPOConfig) -> dict:
     """The estimator's parameters for this environment, or a ConfigError that says what to change."""
     rubrics = find_turn_rubrics(env.rubric)
-    if ESTIMATORS[args.algo].turn_level and not rubrics:
+    if get_estimator(args.algo).turn_level and not rubrics:
         raise ConfigError(
             f"algo={args.algo!r} assigns credit per turn, but {type(env).__name__}'s rubric "
             f"({type(env.rubric).__name__}) gives no turn rewards. Train with algo='grpo' (outcome only), or score "

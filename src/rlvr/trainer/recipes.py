@@ -1,7 +1,8 @@
 """The algorithms `rlvr train --algo` knows, each a configuration class and the recipe (trainer) it runs.
 
-Group-credit estimators come from the `rlvr.credit` registry (adding an estimator there adds an algorithm here).
-A recipe with its own configuration registers one entry in `ALGORITHMS`.
+Group-credit estimators come from the `rlvr.credit` registry (adding an estimator there adds an algorithm here);
+an estimator written outside rlvr is an algorithm by its import path (`--algo my_credit.estimators.mine`), trained
+by the same recipe. A recipe with its own configuration registers one entry in `ALGORITHMS`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.credit import ESTIMATORS
+from rlvr.credit import ESTIMATORS, get_estimator
+from rlvr.credit.estimators import is_import_path
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,23 @@ ALGORITHMS["oreo"] = Algorithm("rlvr.offline.oreo:OREOConfig",
                                "OREO: offline policy + value model by the soft Bellman equation (arXiv 2412.16145)")
 
 
+def algorithm(name: str) -> Algorithm:
+    """A registered algorithm, or a group-credit estimator of your own by its import path (rlvr.credit.get_estimator:
+    a ValueError says why it does not import); KeyError for any other name."""
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    if is_import_path(name):
+        return Algorithm("rlvr.trainer.config:MTGRPOConfig", get_estimator(name).summary, {"algo": name})
+    raise KeyError(name)
+
+
 def config_class(algo: str):
-    return _load(ALGORITHMS[algo].config)
+    return _load(algorithm(algo).config)
 
 
 def build_config(algo: str, options: dict[str, Any]):
     """The configuration of `algo` with the given options (field names of its configuration class)."""
-    spec = ALGORITHMS[algo]
+    spec = algorithm(algo)
     clash = {k: v for k, v in options.items() if k in spec.preset and v != spec.preset[k]}
     if clash:
         from rlvr.trainer.config import ConfigError
