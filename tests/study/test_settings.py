@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from rlvr.cli import app
 from rlvr.study.runner import cell_config, check_study
-from rlvr.study.settings import StudyError, StudySettings, merge_grids, read_settings_file
+from rlvr.study.settings import EvaluationSettings, StudyError, StudySettings, merge_grids, read_settings_file
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs" / "study").glob("*.toml"))
@@ -274,3 +274,14 @@ def test_an_offline_dataset_is_checked_with_the_cells_segmentation(tmp_path):
                            ["sft"])
     with pytest.raises(StudyError, match=r"sft trains on .*expert, which cannot be read: .*segmentation='turn'"):
         check_offline_datasets(settings(algos=["sft"], offline_datasets={"sft": str(expert)}), ["sft"])
+
+
+def test_evaluation_concurrency_is_speed_not_budget():
+    """[evaluation] max_concurrent may change between invocations on one study directory (it changes how fast the
+    held-out rollouts come back, not what they are); below 1 it is refused."""
+    stored = settings()
+    faster = settings(evaluation=EvaluationSettings(max_concurrent=32))
+    assert merge_grids(stored, faster).evaluation.max_concurrent == 32
+    assert StudySettings.from_dict(faster.to_dict()).evaluation.max_concurrent == 32
+    with pytest.raises(StudyError, match="max_concurrent=0: each must be >= 1"):
+        settings(evaluation=EvaluationSettings(max_concurrent=0))

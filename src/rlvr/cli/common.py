@@ -18,6 +18,7 @@ EnvOption = typer.Option(..., "--env", "-e", help="Environment id, e.g. vf-trivi
 EnvArgsOption = typer.Option("{}", "--env-args", "-a", help='JSON keyword arguments for load_environment.')
 NumOption = typer.Option(5, "--num-examples", "-n", help="Examples to run (-1: all).")
 RolloutsOption = typer.Option(1, "--rollouts-per-example", "-r", help="Rollouts per example.")
+ConcurrencyOption = typer.Option(8, "--max-concurrent", min=1, help="Requests in flight at once (a GPU server takes many; seeded rollouts are the same up to the server's batch numerics).")
 TemperatureOption = typer.Option(0.0, "--temperature", "-t", help="Sampling temperature (0: greedy).")
 MaxTokensOption = typer.Option(256, "--max-tokens", help="Max new tokens per assistant turn.")
 

@@ -10,6 +10,7 @@ import typer
 
 from rlvr import evaluation
 from rlvr.cli.common import (
+    ConcurrencyOption,
     EnvArgsOption,
     EnvOption,
     MaxTokensOption,
@@ -40,6 +41,7 @@ def evaluate(
     env_args: str = EnvArgsOption,
     temperature: float = TemperatureOption,
     max_tokens: int = MaxTokensOption,
+    max_concurrent: int = ConcurrencyOption,
     out: Path | None = typer.Option(None, "--out", "-o", help="Results directory (default outputs/evals/...)."),
     search: str | None = typer.Option(None, "--search", help="Value-guided search: beam (step-level, reasoning) or "
                                       "best_of_k (per turn, agents); needs --value-model."),
@@ -64,7 +66,7 @@ def evaluate(
             results = evaluation.run_rollouts(
                 vf_env, base_url=base_url, model=served, num_examples=num_examples,
                 rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
-                client=client, sampling_seed=None if unseeded else seed,
+                client=client, sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent,
             )
         except ConnectionError as err:
             raise fail(str(err)) from err
@@ -88,6 +90,7 @@ def predict(
     env_args: str = EnvArgsOption,
     temperature: float = TemperatureOption,
     max_tokens: int = MaxTokensOption,
+    max_concurrent: int = ConcurrencyOption,
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory (default outputs/predictions/...)."),
     seed: int = SeedOption,
     unseeded: bool = UnseededOption,
@@ -100,7 +103,7 @@ def predict(
         results = evaluation.run_rollouts(
             vf_env, base_url=base_url, model=served, num_examples=num_examples,
             rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens), split=split,
-            sampling_seed=None if unseeded else seed,
+            sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent,
         )
     out = out or default_out_dir("predictions", env, served)
     evaluation.save_predictions(evaluation.prediction_records(results), out)
@@ -118,6 +121,7 @@ def benchmark(
     env_args: str = EnvArgsOption,
     temperature: float = TemperatureOption,
     max_tokens: int = MaxTokensOption,
+    max_concurrent: int = ConcurrencyOption,
     out: Path | None = typer.Option(None, "--out", "-o", help="Results directory (default outputs/benchmark-TIME)."),
     seed: int = SeedOption,
     unseeded: bool = UnseededOption,
@@ -139,7 +143,7 @@ def benchmark(
                     results = evaluation.run_rollouts(
                         vf_env, base_url=base_url, model=served, num_examples=num_examples,
                         rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
-                        sampling_seed=None if unseeded else seed,
+                        sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent,
                     )
                     results["metadata"]["env_id"], results["metadata"]["env_args"] = env, args
                     evaluation.save_results(results, out / model.replace("/", "--") / label)

@@ -199,6 +199,7 @@ def _evaluate(env, server, settings: StudySettings, out_dir: Path, label: str, s
     results = evaluation.run_rollouts(
         env, base_url=server.base_url, model=server.model, num_examples=settings.evaluation.examples,
         rollouts_per_example=settings.evaluation.rollouts, sampling_args=settings.sampling(), sampling_seed=seed,
+        max_concurrent=settings.evaluation.max_concurrent,
     )
     evaluation.save_results(results, out_dir)
     return time.perf_counter() - start

@@ -6,7 +6,7 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
 
     env = "vf-triviaqa-search"
     model = "smollm2-135m"
-    algos = ["grpo", "mt_grpo"]          # names of `rlvr train --list`
+    algos = ["grpo", "mt_grpo"]          # names of `rlvr train --list`, or estimators of your own by import path
     seeds = [0, 1, 2]
     replicates = 1                       # runs of each cell with the same seed (2+: the report measures re-run spread)
     server_dtype = "float32"             # the weights' dtype in the rollout server (the trainer's: fp32 on CPU)
@@ -18,7 +18,8 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
     [variants]                           # NAME = "ALGO": a cell name for a registered algorithm with its own
                                          # [algo_options.NAME], e.g. ppo_bi_level = "ppo" beside "ppo" itself
     [offline_datasets]                   # offline recipes (sft, oreo): ALGO = "trajectory directory" (rlvr collect)
-    [evaluation]                         # examples, rollouts, temperature, max_tokens (held-out, before and after)
+    [evaluation]                         # examples, rollouts, temperature, max_tokens (held-out, before and after);
+                                         # max_concurrent (requests in flight: speed, may change between invocations)
     [evaluation.sets]                    # more held-out sets: NAME = {env_args changes}, e.g. valid_seen = {...}
     [report]                             # baseline, headline, collapse_window, collapse_tol, confidence
 """
@@ -85,10 +86,14 @@ class EvaluationSettings:
     # other held-out sets, each evaluated after the main one on the same weights: NAME -> load_environment
     # arguments changed from env_args (e.g. valid_seen = {eval_split = "valid_seen"}, twc = {backend = "twc"})
     sets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # requests in flight (training sends a whole batch at once): speed only, so not part of a study's budget; with
+    # seeded sampling the rollouts are the same up to the server's batch numerics
+    max_concurrent: int = 8
 
     def check(self) -> None:
-        if self.examples < 1 or self.rollouts < 1:
-            raise StudyError(f"[evaluation] examples={self.examples}, rollouts={self.rollouts}: both must be >= 1")
+        if self.examples < 1 or self.rollouts < 1 or self.max_concurrent < 1:
+            raise StudyError(f"[evaluation] examples={self.examples}, rollouts={self.rollouts}, max_concurrent="
+                             f"{self.max_concurrent}: each must be >= 1")
         for name, changes in self.sets.items():
             if not VARIANT_NAME.fullmatch(name) or not isinstance(changes, dict) or not changes:
                 raise StudyError(f"[evaluation.sets] {name} = {changes!r}: a held-out set is a name (letters, digits, "
@@ -244,6 +249,7 @@ class StudySettings:
         for key in ("algos", "seeds", "report", "algo_options", "offline_datasets", "variants", "keep_checkpoints",
                     "server_args", "replicates"):
             data.pop(key)
+        data["evaluation"].pop("max_concurrent", None)
         return data
 
 
