@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from rlvr.cli import app
 from rlvr.study.layout import StudyLayout
 from rlvr.study.report import write_report
-from rlvr.study.settings import EvaluationSettings, ReportSettings, StudySettings
+from rlvr.study.settings import EvaluationSettings, ReportSettings, StudyError, StudySettings
+from rlvr.study.stats import first_step_reaching
 
 # exact match after training, per seed: the issue's first look (GRPO-OR collapsed in seed 0)
 EXACT_MATCH = {"grpo": [0.0, 0.5, 0.521], "mt_grpo": [0.333, 0.562, 0.417]}
@@ -256,3 +257,30 @@ def test_without_results_files_there_is_no_per_example_section(tmp_path):
     report = write_report(make_study(tmp_path)).read_text()
     assert "Paired over the held-out examples" not in report
     assert json.loads((tmp_path / "summary.json").read_text())["paired_over_examples"] == {}
+
+
+def test_training_steps_to_a_target_by_hand(tmp_path):
+    """[report] target: the first step whose training batch reached the value, per seed. The stand-in cells log
+    exact_match = final * step / 4 at steps 1-4 (final: grpo 0, 0.5, 0.521; mt_grpo 0.333, 0.562, 0.417), so
+    >= 0.25 is reached by grpo at steps -, 2, 2 (median 2) and by mt_grpo at 4 (0.333 * 3/4 = 0.24975 falls just
+    short at step 3), 2, 3 (median 3)."""
+    make_study(tmp_path)
+    layout = StudyLayout(tmp_path)
+    manifest = json.loads(layout.manifest.read_text())
+    manifest["settings"]["report"]["target"] = {"exact_match": 0.25}
+    layout.manifest.write_text(json.dumps(manifest))
+    report = write_report(tmp_path).read_text()
+    section = report.split("## Training steps to exact_match >= 0.25")[1]
+    assert table_row(section, "grpo") == ["grpo", "0: -, 1: 2, 2: 2", "2 of 3", "2"]
+    assert table_row(section, "mt_grpo") == ["mt_grpo", "0: 4, 1: 2, 2: 3", "3 of 3", "3"]
+    cells = json.loads((tmp_path / "summary.json").read_text())["cells"]
+    assert {(c["algo"], c["seed"]): c["steps_to_target"]["exact_match"] for c in cells} == {
+        ("grpo", 0): None, ("grpo", 1): 2, ("grpo", 2): 2, ("mt_grpo", 0): 4, ("mt_grpo", 1): 2, ("mt_grpo", 2): 3}
+    assert "## Training steps to" not in write_report(make_study(tmp_path / "plain")).read_text()  # no target: none
+
+
+def test_first_step_reaching():
+    assert first_step_reaching({3: 0.9, 1: 0.2, 2: 0.95}, 0.9) == 2  # by step, not by insertion order
+    assert first_step_reaching({1: 0.2}, 0.9) is None and first_step_reaching({}, 0.0) is None
+    with pytest.raises(StudyError, match=r"target outcome = 'high'"):
+        ReportSettings(target={"outcome": "high"}).check()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from rlvr.study.stats import (  # noqa: E402
     across_seeds,
     detect_collapse,
     example_means,
+    first_step_reaching,
     is_constant,
     mean_band,
     paired_difference,
@@ -147,6 +149,10 @@ class StudyData:
         steps = sorted(cell.reward_std)
         return detect_collapse(steps, [cell.reward_std[s] for s in steps], self.report.collapse_window,
                                self.report.collapse_tol)
+
+    def steps_to_target(self, cell: CellRecord) -> dict[str, int | None]:
+        """[report] target metric -> the first training step whose batch reached the value (None: never)."""
+        return {m: first_step_reaching(cell.curves.get(m, {}), v) for m, v in self.report.target.items()}
 
     def runs(self, cell: CellRecord) -> list[CellRecord]:
         """The cell and its finished same-seed re-runs."""
@@ -311,6 +317,7 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
     for name, changes in s["evaluation"].get("sets", {}).items():
         lines += ["", *render_held_out_set(data, name, changes)]
 
+    lines += render_targets(data)
     headline = [m for m in rep.headline if m in metrics]
     lines += ["", *render_paired_over_examples(data, headline)]
     rows = []
@@ -340,6 +347,27 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
               "constant': every held-out rollout after training got the same reward."]
     lines += ["", "## Plots", "", *(f"![{p.stem}]({p.relative_to(root)})" for p in plots), ""]
     return "\n".join(lines)
+
+
+def render_targets(data: StudyData) -> list[str]:
+    """Per [report] target: for each algorithm, the first training step whose batch mean reached it, seed by seed."""
+    lines = []
+    for metric, value in data.report.target.items():
+        rows = []
+        for algo in data.algos:
+            cells = sorted((c for c in data.cells if c.algo == algo), key=lambda c: c.seed)
+            reached = [data.steps_to_target(c)[metric] for c in cells]
+            steps = sorted(math.inf if r is None else r for r in reached)
+            median = statistics.median(steps) if steps else math.nan
+            rows.append([algo, ", ".join(f"{c.seed}: {'-' if r is None else r}" for c, r in zip(cells, reached,
+                                                                                               strict=True)),
+                         f"{sum(r is not None for r in reached)} of {len(cells)}",
+                         "never" if median == math.inf else f"{median:g}"])
+        lines += ["", f"## Training steps to {metric} >= {value:g}", "",
+                  f"The first training step whose batch mean of `{metric}` (over the step's rollouts, the trainer's "
+                  f"log) reached {value:g}; '-': not within the cell's steps. The median counts those as never.", "",
+                  markdown_table(["algo", "step per seed", "reached", "median step"], rows)]
+    return lines
 
 
 def render_held_out_set(data: StudyData, name: str, changes: dict[str, Any]) -> list[str]:
@@ -444,7 +472,7 @@ def summary_record(data: StudyData) -> dict[str, Any]:
         "base": {f"seed-{s}": stats(v) for s, v in data.bases.items()},
         "cells": [{"algo": c.algo, "seed": c.seed, "after": stats(c.after), "collapse": asdict(data.collapse(c)),
                    "steps": c.steps, "tokens_generated": c.tokens_generated, "wall_s": c.wall_s,
-                   "resumed_from": c.resumed_from,
+                   "resumed_from": c.resumed_from, "steps_to_target": data.steps_to_target(c),
                    "rerun_spread": {m: asdict(data.spread(c, m)) for m in c.after}} for c in data.cells],
         "replicates": [{"algo": r.algo, "seed": r.seed, "replicate": r.replicate, "after": stats(r.after),
                         "steps": r.steps, "wall_s": r.wall_s} for r in data.replicates],

@@ -21,7 +21,8 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
     [evaluation]                         # examples, rollouts, temperature, max_tokens (held-out, before and after);
                                          # max_concurrent (requests in flight: speed, may change between invocations)
     [evaluation.sets]                    # more held-out sets: NAME = {env_args changes}, e.g. valid_seen = {...}
-    [report]                             # baseline, headline, collapse_window, collapse_tol, confidence
+    [report]                             # baseline, headline, collapse_window, collapse_tol, confidence,
+                                         # target (training metric -> value: steps to reach it)
 """
 
 from __future__ import annotations
@@ -112,10 +113,17 @@ class ReportSettings:
     collapse_window: int = 3  # steps: see rlvr.study.stats.detect_collapse
     collapse_tol: float = 1e-6
     confidence: float = 0.95  # level of the paired t intervals
+    # training metric -> value: the first step whose training batch reached it, per cell (e.g. {outcome = 0.9}:
+    # 90% of an optimum of 1.0, the credit suite's "updates to reach 90%")
+    target: dict[str, float] = field(default_factory=dict)
 
     def check(self) -> None:
         if self.collapse_window < 1:
             raise StudyError(f"[report] collapse_window={self.collapse_window} must be >= 1 steps")
+        for metric, value in self.target.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise StudyError(f"[report] target {metric} = {value!r}: give the value a training metric must reach, "
+                                 "e.g. target = {outcome = 0.9}")
         if not 0 < self.confidence < 1:
             raise StudyError(f"[report] confidence={self.confidence} must be in (0, 1), e.g. 0.95")
 

@@ -118,6 +118,12 @@ def detect_collapse(steps: Sequence[int], reward_std: Sequence[float], window: i
     return Collapse(collapsed, constant, since, window)
 
 
+def first_step_reaching(curve: Mapping[int, float], value: float) -> int | None:
+    """The first training step whose batch mean (a training curve: step -> mean over the step's rollouts) is at
+    least `value`, or None if no logged step got there: the suite's "updates to reach 90% of the optimum"."""
+    return next((step for step in sorted(curve) if curve[step] >= value), None)
+
+
 def is_constant(stat: Stat) -> bool:
     """An evaluation in which every rollout got the same value (zero spread over more than one rollout)."""
     return stat.n > 1 and stat.stderr == 0
