@@ -171,3 +171,22 @@ def test_every_rollout_is_one_token_sequence_with_token_prompts_and_not_without(
     assert [prefix_mismatch([t.tokens for t in r.turns]) for r in kept] == [None] * 16
     # the first turn is rendered as before: the same seeds sample the same first replies
     assert [r.turns[0].tokens.completion_ids for r in kept] == [r.turns[0].tokens.completion_ids for r in plain]
+
+
+def test_a_native_tool_call_turn_is_followed_by_the_tool_response_as_the_template_writes_it(tokenizer):
+    """The model's tool call as it sampled it, then the template's tool response block (rlvr's hermes template on
+    SmolLM2's tokens): canonical ids give exactly the server's rendering of the messages."""
+    end = end_of_turn_ids(tokenizer)
+    tools = [{"type": "function", "function": {"name": "python", "description": "Run code.",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "code": {"type": "string"}}, "required": ["code"]}}}]
+    first = [{"role": "user", "content": "What is 6 * 7?"}]
+    call = {"id": "call_0", "type": "function", "function": {"name": "python", "arguments": '{"code": "print(6*7)"}'}}
+    messages = [*first, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_0", "content": "42"}]
+    sampled_text = '<tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n</tool_call>'
+    prompt = render_ids(tokenizer, first, tools, generation_prompt=True)
+    completion = tokenizer.encode(sampled_text, add_special_tokens=False) + end[:1]
+    ids = next_prompt_ids(tokenizer, Turn(tuple(first), tuple(prompt), tuple(completion)), messages, tools, end)
+    assert ids == render_ids(tokenizer, messages, tools, generation_prompt=True)
+    assert tokenizer.decode(ids).endswith("<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
