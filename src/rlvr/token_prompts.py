@@ -81,7 +81,7 @@ def missing_end_of_turn(completion_ids: Sequence[int], end_ids: Sequence[int]) -
 
 
 @dataclass(frozen=True)
-class Turn:
+class Exchange:
     """One model call of a rollout as sent and answered: its messages and the ids of its prompt and completion."""
 
     messages: tuple[Any, ...]
@@ -89,7 +89,7 @@ class Turn:
     completion_ids: tuple[int, ...]
 
 
-def next_prompt_ids(tokenizer, previous: Turn, messages: Sequence[Any], tools: Sequence[Any] | None,
+def next_prompt_ids(tokenizer, previous: Exchange, messages: Sequence[Any], tools: Sequence[Any] | None,
                     end_ids: Sequence[int]) -> list[int] | None:
     """The prompt ids of the turn after `previous` (module docstring), or None when they cannot be built: the
     messages do not extend the previous turn's by an assistant message, or the template renders the conversation so
@@ -113,7 +113,7 @@ class _TokenPromptCompletions:
         self._completions = completions
         self._tokenizer = tokenizer
         self._end_ids = end_ids
-        self._previous: Turn | None = None
+        self._previous: Exchange | None = None
 
     async def create(self, *, messages, **kwargs):
         ids = None
@@ -127,7 +127,7 @@ class _TokenPromptCompletions:
         prompt_ids = getattr(response, "prompt_token_ids", None)
         completion_ids = getattr(response.choices[0], "token_ids", None) if response.choices else None
         # Without ids in the answer (a server that does not return them) the next turn renders from messages.
-        self._previous = (Turn(tuple(messages), tuple(prompt_ids), tuple(completion_ids))
+        self._previous = (Exchange(tuple(messages), tuple(prompt_ids), tuple(completion_ids))
                           if prompt_ids is not None and completion_ids is not None else None)
         return response
 

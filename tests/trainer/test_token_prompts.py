@@ -17,7 +17,7 @@ from rlvr.credit.tokens import prefix_mismatch
 from rlvr.seeding import number_rollouts, seeded_rollouts
 from rlvr.testing.client import ScriptedClient
 from rlvr.token_prompts import (
-    Turn,
+    Exchange,
     end_of_turn_ids,
     missing_end_of_turn,
     next_prompt_ids,
@@ -66,7 +66,7 @@ def test_a_non_canonical_split_is_kept_and_the_environment_part_follows(tokenize
     split = tokenizer.encode("se", add_special_tokens=False) + tokenizer.encode("arch", add_special_tokens=False)
     assert split != tokenizer.encode("search", add_special_tokens=False)  # a split the tokenizer does not write
     prompt = render_ids(tokenizer, FIRST, None, generation_prompt=True)
-    previous = Turn(tuple(FIRST), tuple(prompt), tuple(split))
+    previous = Exchange(tuple(FIRST), tuple(prompt), tuple(split))
     messages = [*FIRST, {"role": "assistant", "content": "search"}, {"role": "user", "content": "Found a key."}]
     ids = next_prompt_ids(tokenizer, previous, messages, None, end_of_turn_ids(tokenizer))
     assert ids[:len(prompt) + 2] == prompt + split
@@ -86,20 +86,20 @@ def test_canonical_replies_give_exactly_the_rendered_conversation(tokenizer, tur
     prompt of each turn equals the server's rendering of the messages: token prompts change nothing then."""
     end = end_of_turn_ids(tokenizer)
     messages = list(FIRST)
-    previous = Turn(tuple(messages), tuple(render_ids(tokenizer, messages, None, True)), ())
+    previous = Exchange(tuple(messages), tuple(render_ids(tokenizer, messages, None, True)), ())
     for reply, observation, stopped in turns:
         completion = tokenizer.encode(reply, add_special_tokens=False) + (end[:1] if stopped else [])
-        previous = Turn(previous.messages, previous.prompt_ids, tuple(completion))
+        previous = Exchange(previous.messages, previous.prompt_ids, tuple(completion))
         messages = [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
         ids = next_prompt_ids(tokenizer, previous, messages, None, end)
         assert ids == render_ids(tokenizer, messages, None, generation_prompt=True)
-        previous = Turn(tuple(messages), tuple(ids), ())
+        previous = Exchange(tuple(messages), tuple(ids), ())
 
 
 def test_a_rewritten_history_falls_back_to_the_servers_rendering(tokenizer):
     end = end_of_turn_ids(tokenizer)
     prompt = tuple(render_ids(tokenizer, FIRST, None, True))
-    previous = Turn(tuple(FIRST), prompt, (123,))
+    previous = Exchange(tuple(FIRST), prompt, (123,))
     reply = {"role": "assistant", "content": "open door"}
     windowed = [FIRST[0], {"role": "user", "content": "(earlier turns left out)"}, reply,
                 {"role": "user", "content": "It opens."}]
@@ -120,7 +120,7 @@ def test_a_template_that_re_renders_the_history_falls_back(tokenizer):
         "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}")
     prompt = tuple(render_ids(forgetful, FIRST, None, True))
     messages = [*FIRST, {"role": "assistant", "content": "open door"}, {"role": "user", "content": "It opens."}]
-    assert next_prompt_ids(forgetful, Turn(tuple(FIRST), prompt, (123,)), messages, None,
+    assert next_prompt_ids(forgetful, Exchange(tuple(FIRST), prompt, (123,)), messages, None,
                            end_of_turn_ids(forgetful)) is None
 
 
@@ -187,6 +187,6 @@ def test_a_native_tool_call_turn_is_followed_by_the_tool_response_as_the_templat
     sampled_text = '<tool_call>\n{"name": "python", "arguments": {"code": "print(6*7)"}}\n</tool_call>'
     prompt = render_ids(tokenizer, first, tools, generation_prompt=True)
     completion = tokenizer.encode(sampled_text, add_special_tokens=False) + end[:1]
-    ids = next_prompt_ids(tokenizer, Turn(tuple(first), tuple(prompt), tuple(completion)), messages, tools, end)
+    ids = next_prompt_ids(tokenizer, Exchange(tuple(first), tuple(prompt), tuple(completion)), messages, tools, end)
     assert ids == render_ids(tokenizer, messages, tools, generation_prompt=True)
     assert tokenizer.decode(ids).endswith("<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
