@@ -54,7 +54,8 @@ def evaluate(
     rlvr_evaluate.evaluate(
         env=ENV, model=model, url=endpoint, num_examples=num_examples, rollouts_per_example=rollouts_per_example,
         env_args=env_args(dataset, data_path, retriever), temperature=temperature, max_tokens=max_tokens, out=out,
-        search=None, value_model=None, beam_width=4,  # typer fills these only on the command line
+        # typer fills the rest only on the command line: called from Python, every option is passed
+        search=None, value_model=None, beam_width=4, max_concurrent=8, seed=0, unseeded=False,
     )
 
 
@@ -74,7 +75,7 @@ def benchmark(
     args = env_args(dataset, data_path, retriever="bm25")  # each cell replaces the retriever
     rlvr_evaluate.benchmark(
         models=models, envs=ENV, retrievers=retrievers, num_examples=num_examples, rollouts_per_example=1,
-        env_args=args, temperature=0.0, max_tokens=max_tokens, out=out,
+        env_args=args, temperature=0.0, max_tokens=max_tokens, out=out, max_concurrent=8, seed=0, unseeded=False,
     )
 
 

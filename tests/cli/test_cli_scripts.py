@@ -73,6 +73,7 @@ def test_musique_evaluate_predict_analyze_through_the_wrappers(musique_scripts, 
     metadata = json.loads((out / "metadata.json").read_text())
     assert metadata["env_id"] == "vf-musique"
     assert metadata["env_args"] == {"dataset": "synthetic", "retriever": "golden"}
+    assert metadata["sampling_seed"] == 0  # seeded as `rlvr evaluate` is (the wrapper passes every option)
     assert len(read_jsonl(out / "results.jsonl")) == 2
 
     result = invoke(evaluate_musique.app, "analyze", out)
