@@ -66,41 +66,54 @@ def number_rollouts(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return numbered
 
 
-class _SeededCreate:
-    """`client.chat.completions` or `client.completions` of a SeededClient: `create` adds the rollout's next seed."""
+class _Endpoint:
+    """`client.chat.completions` or `client.completions` of a ClientView: `create` is the view's."""
 
-    def __init__(self, endpoint, seeds: Iterator[int]):
+    def __init__(self, endpoint, create):
         self._endpoint = endpoint
-        self._seeds = seeds
-
-    async def create(self, **kwargs):
-        return await self._endpoint.create(**{**kwargs, "seed": next(self._seeds)})
+        self.create = create
 
     def __getattr__(self, name: str):
         return getattr(self._endpoint, name)
 
 
-class _SeededChat:
-    def __init__(self, chat, seeds: Iterator[int]):
+class _Chat:
+    def __init__(self, chat, create):
         self._chat = chat
-        self.completions = _SeededCreate(chat.completions, seeds)
+        self.completions = _Endpoint(chat.completions, create)
 
     def __getattr__(self, name: str):
         return getattr(self._chat, name)
 
 
-class SeededClient:
+class ClientView:
+    """An AsyncOpenAI client whose chat completion `create` is `chat_create` and, when given, text completion
+    `create` is `text_create` (each called with the request's keyword arguments); everything else is the client's
+    own. A rollout's views (`rollout_client_views`) are built on it: SeededClient, rlvr.token_prompts."""
+
+    def __init__(self, client, chat_create, text_create=None):
+        self._client = client
+        self.chat = _Chat(client.chat, chat_create)
+        if text_create is not None:
+            self.completions = _Endpoint(client.completions, text_create)
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+
+class SeededClient(ClientView):
     """One rollout's view of an AsyncOpenAI client: each chat or text completion request gets the next seed of
     `seeds` (a derived seed replaces one in the sampling arguments: one fixed seed would make a group's rollouts
     identical); everything else is the client's own."""
 
     def __init__(self, client, seeds: Iterator[int]):
-        self._client = client
-        self.chat = _SeededChat(client.chat, seeds)
-        self.completions = _SeededCreate(client.completions, seeds)
+        def seeded(endpoint):
+            async def create(**kwargs):
+                return await endpoint.create(**{**kwargs, "seed": next(seeds)})
 
-    def __getattr__(self, name: str):
-        return getattr(self._client, name)
+            return create
+
+        super().__init__(client, seeded(client.chat.completions), seeded(client.completions))
 
 
 def rollout_seeds(run_seed: int, stream: str, batch: int, example_id: int, rollout: int) -> Iterator[int]:

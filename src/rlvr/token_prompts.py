@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.seeding import rollout_client_views
+from rlvr.seeding import ClientView, rollout_client_views
 
 KV_TRANSFER_FIELD = "kv_transfer_params"  # vLLM ChatCompletionRequest field
 PROMPT_IDS_FIELD = "prompt_token_ids"  # its key for the ids to prompt with
@@ -106,16 +106,18 @@ def next_prompt_ids(tokenizer, previous: Exchange, messages: Sequence[Any], tool
     return sampled + missing_end_of_turn(previous.completion_ids, end_ids) + whole[len(so_far):]
 
 
-class _TokenPromptCompletions:
-    """`client.chat.completions` of one rollout: each call after the first is prompted with token ids."""
+class TokenPromptClient(ClientView):
+    """One rollout's view of an AsyncOpenAI client whose chat completions after the first are prompted with the
+    sampled token ids; everything else is the client's own."""
 
-    def __init__(self, completions, tokenizer, end_ids: list[int]):
-        self._completions = completions
+    def __init__(self, client, tokenizer, end_ids: list[int] | None = None):
+        super().__init__(client, self._create)
+        self._completions = client.chat.completions
         self._tokenizer = tokenizer
-        self._end_ids = end_ids
+        self._end_ids = end_ids if end_ids is not None else end_of_turn_ids(tokenizer)
         self._previous: Exchange | None = None
 
-    async def create(self, *, messages, **kwargs):
+    async def _create(self, *, messages, **kwargs):
         ids = None
         if self._previous is not None:
             ids = next_prompt_ids(self._tokenizer, self._previous, messages, kwargs.get("tools"), self._end_ids)
@@ -130,31 +132,6 @@ class _TokenPromptCompletions:
         self._previous = (Exchange(tuple(messages), tuple(prompt_ids), tuple(completion_ids))
                           if prompt_ids is not None and completion_ids is not None else None)
         return response
-
-    def __getattr__(self, name: str):
-        return getattr(self._completions, name)
-
-
-class _TokenPromptChat:
-    def __init__(self, chat, tokenizer, end_ids: list[int]):
-        self._chat = chat
-        self.completions = _TokenPromptCompletions(chat.completions, tokenizer, end_ids)
-
-    def __getattr__(self, name: str):
-        return getattr(self._chat, name)
-
-
-class TokenPromptClient:
-    """One rollout's view of an AsyncOpenAI client whose chat completions after the first are prompted with the
-    sampled token ids; everything else is the client's own."""
-
-    def __init__(self, client, tokenizer, end_ids: list[int] | None = None):
-        self._client = client
-        self.chat = _TokenPromptChat(client.chat, tokenizer, end_ids if end_ids is not None else
-                                     end_of_turn_ids(tokenizer))
-
-    def __getattr__(self, name: str):
-        return getattr(self._client, name)
 
 
 @contextmanager
