@@ -55,7 +55,7 @@ def evaluate(
         env=ENV, model=model, url=endpoint, num_examples=num_examples, rollouts_per_example=rollouts_per_example,
         env_args=env_args(dataset, data_path, retriever), temperature=temperature, max_tokens=max_tokens, out=out,
         # typer fills the rest only on the command line: called from Python, every option is passed
-        search=None, value_model=None, beam_width=4, max_concurrent=8, seed=0, unseeded=False,
+        search=None, value_model=None, beam_width=4, **rlvr_evaluate.SAMPLING_DEFAULTS,
     )
 
 
@@ -75,7 +75,7 @@ def benchmark(
     args = env_args(dataset, data_path, retriever="bm25")  # each cell replaces the retriever
     rlvr_evaluate.benchmark(
         models=models, envs=ENV, retrievers=retrievers, num_examples=num_examples, rollouts_per_example=1,
-        env_args=args, temperature=0.0, max_tokens=max_tokens, out=out, max_concurrent=8, seed=0, unseeded=False,
+        env_args=args, temperature=0.0, max_tokens=max_tokens, out=out, **rlvr_evaluate.SAMPLING_DEFAULTS,
     )
 
 

@@ -92,7 +92,7 @@ def predict(
     rlvr_evaluate.predict(
         env=ENV, model=model, url=endpoint, split=split_of(dataset_split), num_examples=num_examples,
         rollouts_per_example=rollouts_per_example, env_args=env_args(dataset, data_path, retriever),
-        temperature=temperature, max_tokens=max_tokens, out=out, max_concurrent=8, seed=0, unseeded=False,
+        temperature=temperature, max_tokens=max_tokens, out=out, **rlvr_evaluate.SAMPLING_DEFAULTS,
     )
 
 

@@ -30,6 +30,10 @@ SeedOption = typer.Option(0, "--seed", help="Sampling seed: every request gets a
                           "the rollout and the turn (rlvr.seeding), so the same weights and seed give the same "
                           "rollouts; value-guided search seeds its samples from it too.")
 UnseededOption = typer.Option(False, "--unseeded", help="Sample without seeds (the server's own generator).")
+# The sampling options' command-line defaults, for callers from Python (scripts/*_musique.py): typer fills an
+# option's default only on the command line, a Python call would get the OptionInfo object itself.
+SAMPLING_DEFAULTS = {"max_concurrent": ConcurrencyOption.default, "seed": SeedOption.default,
+                     "unseeded": UnseededOption.default}
 
 
 def evaluate(
