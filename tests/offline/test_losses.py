@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlvr.offline.losses import (
@@ -200,6 +200,9 @@ def test_kl_term_vanishes_when_policy_equals_reference(batch, vocab):
 
 @settings(max_examples=60, deadline=None)
 @given(batches())
+@example((torch.zeros(2, 6), torch.tensor([[0, 0, 0, 0, 1.0, 2.7962], [0] * 6]),
+          torch.tensor([[1.0, 0, 0, 0, 1, 1], [0] * 6]), torch.tensor([[1.0, 0, 0, 0, 1, 0], [0] * 6]),
+          torch.tensor([1.0, 0.0]), 1.0))
 def test_policy_gradient_flows_only_through_each_states_own_step(batch):
     logps, ref, actions, states, rewards, beta = batch
     soft_return = rewards[:, None] - beta * logratio_to_go(logps, ref, actions)
@@ -216,8 +219,10 @@ def test_policy_gradient_flows_only_through_each_states_own_step(batch):
         policy_loss(x, ref, actions, values, one, rewards, beta).backward()
         step = torch.zeros_like(states)
         step[b, t:end] = actions[b, t:end]
-        # exactly 0 but for the next state's own error, which is 0 only up to float32 rounding (~1e-10)
-        assert (x.grad[step == 0].abs() < 1e-7).all()
+        # exactly 0 but for the next state's own error, which is 0 only up to float32 rounding: a few ulps of the
+        # soft return's size (a hypothesis case with soft return 3.8 gave 1.2e-7, one ulp of 1.0)
+        ulp = torch.finfo(torch.float32).eps * (1 + soft_return.abs().max().item())
+        assert (x.grad[step == 0].abs() <= 8 * ulp).all()
 
 
 @settings(max_examples=60, deadline=None)
