@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 PYPROJECTS := pyproject.toml $(wildcard environments/*/pyproject.toml)
-STAMP := $(VENV)/.setup-$(shell cat $(PYPROJECTS) scripts/setup.sh 2>/dev/null | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.setup-$(shell cat $(PYPROJECTS) scripts/setup.sh scripts/setup_v1.sh requirements/v1.txt $(wildcard environments_v1/*/pyproject.toml) 2>/dev/null | sha256sum | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
 LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet

@@ -12,16 +12,19 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlvr.io import atomic_directory
 from rlvr.rollouts import Rollout, from_state, rollout_statistics
-from rlvr.seeding import number_rollouts, seeded_rollouts
+from rlvr.seeding import ClientView, number_rollouts, seeded_rollouts
+
+if TYPE_CHECKING:
+    from rlvr.serve.launch import KeptServer
 
 TURN_REWARDS = "turn_rewards"
 
@@ -48,6 +51,10 @@ def load_env(name: str, env_args: dict[str, Any] | None = None):
     import verifiers as vf
 
     env_args = env_args or {}
+    if name.startswith("v1:"):  # a verifiers v1 environment, run by the bridge's interpreter (rlvr.v1, docs/v1.md)
+        from rlvr.v1 import V1Environment
+
+        return V1Environment(name, env_args)
     moved = sorted({"estimator", "estimator_params", "algo"} & set(env_args))
     if moved:
         raise EnvironmentLoadError(
@@ -153,6 +160,117 @@ def check_endpoint(base_url: str, timeout: float = 5.0) -> None:
         ) from err
 
 
+class ServerLost(RuntimeError):
+    """The evaluation's server died or failed its requests and was not brought back: nothing was written."""
+
+
+def server_failures():
+    """The errors of a model call that failed for the server's sake rather than the request's: no connection
+    (refused, reset, timed out: openai.APIConnectionError, of which APITimeoutError is one) or a 5xx answer
+    (openai.InternalServerError is any status >= 500)."""
+    import openai
+
+    return (openai.APIConnectionError, openai.InternalServerError)
+
+
+def server_failure(error: BaseException | None) -> BaseException | None:
+    """The server failure (`server_failures`) in an error's chain of causes (verifiers wraps a failed model call in a
+    vf.ModelError raised from it), or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, server_failures()):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class ServerRecovery:
+    """What an evaluation does when a model call fails for the server's sake (`server_failures`), as training does
+    (rlvr.trainer.faults): a server that still answers /health means the failure was the request's own, so the call
+    fails (its rollout records the error). A dead or silent server that this process started (`server`, a
+    `rlvr.serve.launch.KeptServer`) is restarted on its port (bounded, logged), `after_restart(url)` gives it back
+    what it served (a trained model's weights), and the call is sent again with the same arguments, its seed
+    included: it samples what the dead server would have. Calls failing meanwhile wait for that one restart.
+
+    When the server cannot be brought back (the user's, or restarts spent), `lost` says why in one line and every
+    later failing call fails at once; `run_rollouts` then raises ServerLost instead of returning results."""
+
+    def __init__(self, url: str, server: KeptServer | None = None,
+                 after_restart: Callable[[str], object] | None = None, health_timeout: float = 10.0):
+        self.url = url.rstrip("/").removesuffix("/v1")
+        self.server, self.after_restart, self.health_timeout = server, after_restart, health_timeout
+        self.lost: str | None = None
+        self.generation = 0  # restarts so far: a call that failed before the latest one just tries again
+        self._lock: asyncio.Lock | None = None
+
+    async def call(self, send: Callable[[], Awaitable[Any]]) -> Any:
+        while True:
+            generation = self.generation
+            try:
+                return await send()
+            except server_failures() as err:
+                if not await self.recovered(generation, err):
+                    raise
+
+    async def recovered(self, generation: int, err: BaseException) -> bool:
+        self._lock = self._lock or asyncio.Lock()
+        async with self._lock:
+            if self.lost is not None:
+                return False
+            if generation != self.generation:
+                return True
+            from rlvr.serve.launch import server_problem
+
+            started = self.server.server if self.server is not None else None
+            problem = await asyncio.to_thread(server_problem, self.url, started, self.health_timeout)
+            if problem is None:
+                return False
+            if self.server is not None and await asyncio.to_thread(self.server.restart, problem):
+                if self.after_restart is not None:
+                    await asyncio.to_thread(self.after_restart, self.server.url)
+                self.generation += 1
+                return True
+            self.lost = self.lost_message(problem, err)
+            return False
+
+    def lost_message(self, problem: str, err: BaseException) -> str:
+        if self.server is None:
+            fix = "restart it, then run the same command again"
+        else:
+            spent = f", after {self.server.restarts} restart(s)" if self.server.restarts else ""
+            problem = f"{problem}{spent}"
+            fix = f"its log: {self.server.log_file}"
+        return (f"the rollout server {self.url} {problem} ({type(err).__name__}): the evaluation stopped and wrote "
+                f"no results; {fix}")
+
+    def check(self, results: dict) -> None:
+        """Raise ServerLost when the server was lost or any rollout failed for the server's sake: a summary is
+        never written over them."""
+        failures = [f for state in results["state"] if (f := server_failure(state.get("error"))) is not None]
+        if self.lost is not None:
+            raise ServerLost(f"{self.lost} ({len(failures)} of {len(results['state'])} rollouts failed)")
+        if failures:
+            first = failures[0]
+            raise ServerLost(
+                f"{len(failures)} of {len(results['state'])} rollouts failed for the server's sake although the "
+                f"server at {self.url} answers /health (first: {type(first).__name__}: {first}): the evaluation "
+                "wrote no results; run it again")
+
+
+class RecoveringClient(ClientView):
+    """An AsyncOpenAI client whose completion calls go through `ServerRecovery.call`."""
+
+    def __init__(self, client, recovery: ServerRecovery):
+        def recovering(endpoint):
+            async def create(**kwargs):
+                return await recovery.call(lambda: endpoint.create(**kwargs))
+
+            return create
+
+        super().__init__(client, recovering(client.chat.completions), recovering(client.completions))
+
+
 def run_rollouts(
     env,
     *,
@@ -166,30 +284,38 @@ def run_rollouts(
     seed: int | None = None,
     client=None,
     sampling_seed: int | None = 0,
+    server: KeptServer | None = None,
+    after_restart: Callable[[str], object] | None = None,
 ) -> dict:
     """Generate and score rollouts of ``env``'s eval (or train) split. Returns verifiers' GenerateOutputs.
     `client`: what answers the model calls (default: an OpenAI client of ``base_url``; e.g. a search policy).
     `seed`: shuffles the split before the first ``num_examples`` are taken (None: no shuffle). `sampling_seed`: every
     request is sampled with a seed derived from it, the example and the rollout (`rlvr.seeding`, stream "eval"), so
-    the same weights give the same rollouts; None: the server's unseeded sampling."""
+    the same weights give the same rollouts; None: the server's unseeded sampling.
+
+    A server that dies on the way is restarted when this process started it (`server`, then `after_restart(url)`)
+    and the failed calls sent again (`ServerRecovery`); otherwise, or when any rollout failed for the server's sake,
+    ServerLost is raised in one line and nothing is returned."""
     check_endpoint(base_url)
     if split not in {"eval", "train"}:
         raise ValueError(f"--split must be 'eval' or 'train', got {split!r}")
     dataset = env.get_eval_dataset(n=num_examples, seed=seed) if split == "eval" else env.get_dataset(num_examples, seed)
     if rollouts_per_example > 1:
         dataset = dataset.repeat(rollouts_per_example)
+    recovery = ServerRecovery(base_url, server, after_restart)
     start = time.perf_counter()
     with seeded_rollouts(env, sampling_seed, "eval"):
         results = asyncio.run(
             env.generate(
                 number_rollouts(dataset.to_list()),
-                client=client or openai_client(base_url),
+                client=client or RecoveringClient(openai_client(base_url), recovery),
                 model=model,
                 sampling_args=sampling_args or {},
                 max_concurrent=max_concurrent,
                 use_tqdm=True,
             )
         )
+    recovery.check(results)
     results["metadata"]["time_ms"] = (time.perf_counter() - start) * 1000
     results["metadata"]["num_examples"] = num_examples
     results["metadata"]["rollouts_per_example"] = rollouts_per_example

@@ -22,8 +22,9 @@ logger = logging.getLogger(__name__)
 
 def credit_params(env, args: MTGRPOConfig) -> dict:
     """The estimator's parameters for this environment, or a ConfigError that says what to change."""
-    rubrics = find_turn_rubrics(env.rubric)
-    if get_estimator(args.algo).turn_level and not rubrics:
+    # a verifiers v1 environment has no rubric: its turn rewards come with its traces (rlvr.v1.convert)
+    rubrics = find_turn_rubrics(env.rubric) if hasattr(env, "rubric") else []
+    if get_estimator(args.algo).turn_level and not rubrics and not getattr(env, "turn_rewards", False):
         raise ConfigError(
             f"algo={args.algo!r} assigns credit per turn, but {type(env).__name__}'s rubric "
             f"({type(env.rubric).__name__}) gives no turn rewards. Train with algo='grpo' (outcome only), or score "

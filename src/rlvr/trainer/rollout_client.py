@@ -29,6 +29,7 @@ from rlvr.rollouts import Rollout, from_state
 from rlvr.seeding import number_rollouts, seeded_rollouts
 from rlvr.serve.protocol import WEIGHT_VERSION_FIELD, WEIGHT_VERSION_PATH
 from rlvr.token_prompts import token_prompt_rollouts
+from rlvr.v1.env import V1Environment
 
 
 class ServerError(RuntimeError):
@@ -195,6 +196,11 @@ class RolloutClient:
         `generate` groups the rollouts of one example and scores each group when it finishes). `batch`: the
         training batch's index, part of every request's sampling seed."""
         start = time.perf_counter()
+        if isinstance(env, V1Environment):  # a verifiers v1 environment: its episodes run in the bridge (rlvr.v1)
+            rollouts = env.rollouts(rows, rollouts_per_example, url=self.url, model=self.model,
+                                    model_path=self.tokenizer.name_or_path, sampling_args=self.sampling_args,
+                                    max_concurrent=self.max_concurrent, seed=self.sampling_seed, batch=batch)
+            return GeneratedBatch(rollouts, time.perf_counter() - start, 0.0)
         inputs = number_rollouts(rows.repeat(rollouts_per_example).to_list())
         with (seeded_rollouts(env, self.sampling_seed, "train", batch),
               token_prompt_rollouts(env, self.tokenizer, self.token_prompts)):

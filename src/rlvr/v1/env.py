@@ -1,0 +1,155 @@
+"""A verifiers v1 environment as rlvr's trainer sees one (`rlvr train --env v1:<taskset-id>`).
+
+`V1Environment` has the few parts of a verifiers 0.1.9 Environment that rlvr's trainer reads (its training rows,
+its sequence limit) and produces `Rollout` records itself (`rollouts`), through the bridge's worker
+(rlvr.v1.bridge), instead of the 0.1.9 `generate`. The environment's episodes run with verifiers 0.4's own code
+in the bridge's interpreter, against rlvr's server.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlvr.rollouts import Rollout
+from rlvr.v1.bridge import RENDERER, V1Error, Worker, check_generate
+from rlvr.v1.convert import failed_rollout, to_rollout
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "v1:"
+RLVR_KEY = "rlvr"  # the env-args table of the bridge's own settings (the rest is the v1 [env] config)
+EPISODE_TIMEOUT_S = 600.0
+
+
+def is_v1(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def episode_seed(seed: int, batch: int, example_id: int, rollout: int) -> int:
+    """A per-episode sampling seed (vLLM's request seed; every turn of the episode uses it), a pure function of
+    the run seed and the episode's place, like rlvr.seeding's per-request seeds."""
+    digest = hashlib.sha256(f"v1/{seed}/{batch}/{example_id}/{rollout}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def sampling(sampling_args: Mapping[str, Any]) -> dict:
+    """rlvr's sampling arguments (OpenAI request fields) as verifiers' SamplingConfig fields; token ids and
+    logprobs need no flag: verifiers' train client always asks vLLM for them."""
+    extra = dict(sampling_args.get("extra_body") or {})
+    out = {k: v for k, v in {**extra, **sampling_args}.items()
+           if k in ("temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens",
+                    "repetition_penalty", "stop")}
+    return out
+
+
+class V1Environment:
+    """A verifiers v1 environment, loaded in the bridge's interpreter. `env_args`: the v1 `[env]` config (e.g.
+    `{"taskset": {"num_tasks": 8}}`), plus rlvr's own `{"rlvr": {"episode_timeout": seconds}}`."""
+
+    def __init__(self, name: str, env_args: Mapping[str, Any] | None = None):
+        taskset_id = name.removeprefix(PREFIX)
+        if not taskset_id:
+            raise V1Error("`v1:` names no environment: give --env v1:<taskset-id>, e.g. v1:v1-calculator")
+        args = copy.deepcopy(dict(env_args or {}))
+        settings = args.pop(RLVR_KEY, {}) or {}
+        unknown = set(settings) - {"episode_timeout"}
+        if unknown:
+            raise V1Error(f"unknown rlvr setting(s) {sorted(unknown)} in --env-args' 'rlvr' table: the only one is "
+                          "episode_timeout (seconds)")
+        self.episode_timeout = float(settings.get("episode_timeout", EPISODE_TIMEOUT_S))
+        taskset = dict(args.get("taskset") or {})
+        taskset["id"] = taskset_id
+        args["taskset"] = taskset
+        self.config = args
+        self.env_id = name
+        self.max_seq_len: int | None = None
+        self.turn_rewards = True  # turn rewards come with the traces: a turn-level estimator checks each batch
+        self._worker: Worker | None = None
+        self._tasks: list[dict] | None = None
+        self._checked: str | None = None  # the server URL check_generate passed
+
+    # ---------------------------------------------------------------- what the trainer reads
+    def set_max_seq_len(self, n: int) -> None:
+        """Every agent of the episode stops at n tokens in all (verifiers' `max_total_tokens`)."""
+        self.max_seq_len = n
+
+    def worker(self) -> Worker:
+        if self._worker is None or not self._worker.alive():
+            config = copy.deepcopy(self.config)
+            if self.max_seq_len is not None:
+                agent = config.setdefault("agent", {})
+                agent.setdefault("max_total_tokens", self.max_seq_len)
+            self._worker = Worker(config)
+            if self._tasks is not None and len(self._worker.tasks) != len(self._tasks):
+                raise V1Error(f"{self.env_id} loaded {len(self._worker.tasks)} tasks in a new worker where it had "
+                              f"{len(self._tasks)}: its taskset is not deterministic")
+            self._tasks = self._worker.tasks
+        return self._worker
+
+    def tasks(self) -> list[dict]:
+        if self._tasks is None:
+            self.worker()
+        return self._tasks
+
+    def get_dataset(self, n: int = -1, seed: int | None = None):
+        """The taskset as rlvr's training rows: prompt (messages), example_id (the task's position), task, answer."""
+        from datasets import Dataset
+
+        rows = [{"prompt": t["prompt"], "example_id": int(t["idx"]), "task": self.env_id,
+                 "answer": str(t["data"].get("answer", ""))} for t in self.tasks()]
+        dataset = Dataset.from_list(rows)
+        if seed is not None:
+            dataset = dataset.shuffle(seed=seed)
+        return dataset.select(range(min(n, len(dataset)))) if n is not None and n >= 0 else dataset
+
+    get_eval_dataset = get_dataset
+
+    # ---------------------------------------------------------------- rollouts
+    def rollouts(self, rows: Sequence[Mapping[str, Any]], rollouts_per_example: int, *, url: str, model: str,
+                 model_path: str, sampling_args: Mapping[str, Any], max_concurrent: int, seed: int | None,
+                 batch: int = 0) -> list[Rollout]:
+        """`rollouts_per_example` episodes of each row, as rollouts in row order. A failed episode is a rollout
+        with its error and outcome 0; a batch whose every episode failed the same way raises V1Error."""
+        if self._checked != url:
+            check_generate(url, model)
+            self._checked = url
+        worker = self.worker()
+        episodes, places = [], []
+        for row in rows:
+            for k in range(rollouts_per_example):
+                example_id = int(row["example_id"])
+                episodes.append({"slot": len(episodes), "task": example_id,
+                                 "seed": None if seed is None else episode_seed(seed, batch, example_id, k)})
+                places.append(row)
+        endpoint = {"base_url": f"{url.rstrip('/').removesuffix('/v1')}/v1", "model": model,
+                    "renderer_model": model_path, "renderer": RENDERER}
+        results = worker.run(batch, episodes, endpoint=endpoint, sampling=sampling(sampling_args),
+                             timeout=self.episode_timeout, max_concurrent=max_concurrent)
+        rollouts = []
+        for episode, row in zip(episodes, places, strict=True):
+            result = results[episode["slot"]]
+            where = dict(example_id=int(row["example_id"]), task=self.env_id, prompt=list(row["prompt"]),
+                         answer=row.get("answer", ""))
+            traces = [t for t in result.get("traces") or [] if (t.get("agent") or {}).get("trainable", True)]
+            if not traces:
+                rollouts.append(failed_rollout(**where, error=result.get("error") or "the episode left no trace"))
+            rollouts += [to_rollout(t, **where, error=result.get("error")) for t in traces]
+        self.check_failures(rollouts, batch)
+        return rollouts
+
+    def check_failures(self, rollouts: Sequence[Rollout], batch: int) -> None:
+        failed = [r.error for r in rollouts if r.error]
+        if failed and len(failed) == len(rollouts) and len(set(failed)) == 1:
+            raise V1Error(f"every episode of batch {batch} of {self.env_id} failed: {failed[0]}")
+        for error in sorted(set(failed)):
+            logger.warning(f"{self.env_id}: {failed.count(error)} of {len(rollouts)} episodes of batch {batch} "
+                           f"failed (scored as failures): {error}")
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
