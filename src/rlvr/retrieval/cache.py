@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlvr.io import atomic_directory
+from rlvr.io import atomic_directory, exclusive
 from rlvr.models import rlvr_home
 
 
@@ -27,10 +27,13 @@ def cached_dir(root: Path, name: str, build: Callable[[Path], None]) -> Path:
     """Return `root/name`, first filling it with `build(tmp_dir)` if it is missing.
 
     The directory is published by rename (rlvr.io.atomic_directory), so a reader sees either no index or a
-    complete one, never a half-written one, even if a build is killed midway.
+    complete one, never a half-written one, even if a build is killed midway. Processes that ask for the same
+    missing index at once build it once (rlvr.io.exclusive): the others wait and read it.
     """
     final = root / name
     if not final.is_dir():
-        with atomic_directory(final) as tmp:
-            build(tmp)
+        with exclusive(final):
+            if not final.is_dir():  # built by another process while this one waited
+                with atomic_directory(final) as tmp:
+                    build(tmp)
     return final
