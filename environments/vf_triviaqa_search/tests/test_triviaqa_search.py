@@ -192,14 +192,16 @@ def test_malformed_xml_call_gets_an_error_result(tmp_path, call, message):
         assert len(state["trajectory"]) == 2 and turn_rewards(state) == [0.0, 0.0]
 
 
-def test_reply_without_call_or_answer_is_told_the_format(tmp_path):
-    env = load_environment(**WORLD, **SMALL, index_cache_dir=str(tmp_path))
+@pytest.mark.parametrize("outcome_needs_answer", [True, False])
+def test_reply_without_call_or_answer_is_told_the_format(tmp_path, outcome_needs_answer):
+    env = load_environment(**WORLD, **SMALL, index_cache_dir=str(tmp_path), outcome_needs_answer=outcome_needs_answer)
     out, _ = run(env, lambda messages: {"content": "I think it is Paris."}, rollouts=1)
     for state, reward in zip(out["state"], out["reward"], strict=True):
         assert state["completion"][1] == {"role": "user", "content": NO_CALL_REPLY}
         assert turn_rewards(state) == [0.0, 0.0]
-        # Only XMLParser's spacing point, which a message without fields gets vacuously: 0.2 x (0.2 + 0.2) / 2.
-        assert reward == pytest.approx(0.04)
+        # No answer: a failed outcome, 0. The original rubric still pays XMLParser's spacing point, which a message
+        # without fields gets vacuously: 0.2 x (0.2 + 0.2) / 2.
+        assert reward == pytest.approx(0.0 if outcome_needs_answer else 0.04)
 
 
 @pytest.mark.parametrize(
@@ -410,3 +412,46 @@ def test_search_tag_protocol_errors_and_guessing(tmp_path):
         assert [m["content"] for m in completion[::2]] == ["<search> </search>", "Paris."]  # max_turns=2 ends it
         assert turn_rewards(state) == [0.0, 0.0]  # the failed search earns no tool-execution reward
         assert state["metrics"]["exact_match"] == 0.0
+
+
+def search_then(second_turn: str):
+    """A search-protocol policy: the right search, then `second_turn` where the answer is due."""
+
+    def policy(messages):
+        question = [m["content"] for m in messages if m["role"] == "user" and not m["content"].startswith("<result>")]
+        fact = oracle_facts()[question[-1]]
+        return {"content": f"<search>{fact['entity']}</search>" if messages[-1]["content"] == question[-1]
+                else second_turn}
+
+    return policy
+
+
+@pytest.mark.parametrize("outcome_needs_answer", [True, False])
+def test_searching_again_where_the_answer_is_due(tmp_path, outcome_needs_answer):
+    """Issue 44. A second <search> in the answer turn ends the rollout unexecuted (max_turns=2, as the paper's
+    max_steps=2). By default it scores as a failed outcome, 0, below a wrong answer (0.2 format + 0.2 tags = 0.4),
+    so in a group where every rollout misses the answer MT-GRPO's answer-turn advantage favours answering. With the
+    paper's rubric as it was (outcome_needs_answer=False) the non-answer keeps its format scores, ties with the wrong
+    answer, and no advantage pushes against searching again: the demo's collapse."""
+    env = load_environment(**WORLD, **SMALL, protocol="search", index_cache_dir=str(tmp_path),
+                           outcome_needs_answer=outcome_needs_answer)
+    again, _ = run(env, search_then("<search>Ostrelamen</search>"))
+    wrong, _ = run(env, search_then("<answer>Ostrelamen</answer>"))
+    for state in again["state"]:
+        assert [m["content"] for m in state["completion"][2:]] == ["<search>Ostrelamen</search>"]  # not run
+        assert turn_rewards(state) == pytest.approx([0.7, 0.0])  # the search turn's reward is the same
+        assert state["metrics"]["tool_execution_reward"] == 1.0  # 1 of 1 calls ran: the second is no call
+    assert again["reward"] == pytest.approx([0.0 if outcome_needs_answer else 0.4] * 10)
+    assert wrong["reward"] == pytest.approx([0.4] * 10)
+    # One all-fail group per example: two rollouts that search again, two that answer wrongly.
+    states = []
+    for i, state in enumerate([*again["state"], *wrong["state"]]):
+        state["trajectory_id"] = f"rollout-{i}"
+        states.append(state)
+    advantages = mt_grpo_advantages(states)
+    answer_turn = {"again": [advantages[s["trajectory_id"]][1] for s in states[:10]],
+                   "wrong": [advantages[s["trajectory_id"]][1] for s in states[10:]]}
+    if outcome_needs_answer:
+        assert max(answer_turn["again"]) < 0 < min(answer_turn["wrong"])
+    else:
+        assert all(a == pytest.approx(0.0) for a in answer_turn["again"] + answer_turn["wrong"])

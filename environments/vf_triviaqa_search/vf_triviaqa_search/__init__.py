@@ -19,6 +19,7 @@ from vf_triviaqa_search.protocols import PROTOCOLS, steps_sentence
 from vf_triviaqa_search.rewards import (
     answer_contains_alias,
     answer_in_first_search_result,
+    answer_required,
     exact_match,
     xml_tag_reward,
 )
@@ -41,6 +42,7 @@ def load_environment(
     world_seed: int = 0,
     num_entities: int = 300,
     relations: list[str] | None = None,
+    outcome_needs_answer: bool = True,
     **kwargs,
 ) -> vf.Environment:
     if protocol not in PROTOCOLS:
@@ -54,12 +56,14 @@ def load_environment(
     wiki_search = make_wiki_search(BM25Retriever(docs, backend=bm25_backend, cache_dir=index_cache_dir), top_k, max_chars)
     how = PROTOCOLS[protocol]
     parser = how.parser()
-    # The paper's rubric (Multi-Turn-RL-Agent verifiers/examples/triviaqa_search.py, rubrics/triviaqa_tool_rubric.py).
+    # The paper's rubric (Multi-Turn-RL-Agent verifiers/examples/triviaqa_search.py, rubrics/triviaqa_tool_rubric.py),
+    # with the outcome of a rollout that never answers scored 0 unless outcome_needs_answer=False (issue 44).
+    outcome = [(answer_contains_alias, 0.5), (exact_match, 1.0), (xml_format_reward, 0.2),
+               (partial(xml_tag_reward, tags=how.tags), 0.2)]
     rubric = TurnRubric(
         turn_rewards=[(partial(tool_execution_reward, scale=1.0, tool_tag=how.tool_tag), 0.2),
                       (answer_in_first_search_result, 0.5)],
-        outcome_rewards=[(answer_contains_alias, 0.5), (exact_match, 1.0), (xml_format_reward, 0.2),
-                         (partial(xml_tag_reward, tags=how.tags), 0.2)],
+        outcome_rewards=[(answer_required(f), w) if outcome_needs_answer else (f, w) for f, w in outcome],
         parser=parser,
     )
     return how.env_class(

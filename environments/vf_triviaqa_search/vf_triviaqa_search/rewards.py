@@ -13,6 +13,7 @@ import string
 import verifiers as vf
 
 from rlvr.rubrics.rewards import is_tool_result, tool_results
+from rlvr.rubrics.turn_rubric import reward_name
 from vf_triviaqa_search.protocols import XML_TAGS
 
 _PUNCTUATION = set(string.punctuation + "‘’´`")
@@ -65,6 +66,27 @@ def answer_in_first_search_result(env_reply, info, step, prompt, **kwargs) -> fl
         return 0.0
     results = tool_results(env_reply)
     return float(bool(results) and contains_alias("\n".join(results), info["aliases"]))
+
+
+def answer_required(func):
+    """The outcome reward `func`, scored 0 when the rollout ends without an <answer>.
+
+    The paper's protocol is one search, then the answer (Multi-Turn-RL-Agent, verifiers/examples/
+    triviaqa_search.py: ToolEnv(max_steps=2)); a second tool call where the answer is due ends the rollout
+    unexecuted there and here. The original rubric still pays such a non-answer its format scores
+    (get_format_reward_func, get_xml_reward_func: up to 0.4, as much as a wrong answer gets), so among rollouts
+    that all miss the answer, searching again costs nothing, and a small policy drifts into it (issue 44: SmolLM2-135M
+    stopped answering after 6 MT-GRPO steps). Gated, a non-answer scores as a failed outcome, 0 on every term.
+    """
+
+    def gated(completion, parser: vf.Parser, **kwargs) -> float:
+        if parser.parse_answer(completion) is None:
+            return 0.0
+        return func(completion=completion, parser=parser, **kwargs)
+
+    # named after the wrapped function: metrics stay comparable with ungated runs
+    gated.__name__ = reward_name(func)
+    return gated
 
 
 def xml_tag_reward(completion, parser: vf.Parser, tags: tuple[str, ...] = XML_TAGS, **kwargs) -> float:
