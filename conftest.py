@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
+import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent
+
+# --------------------------------------------------------------------------------------- parallel workers (xdist)
+# `make test` runs the suite in pytest-xdist workers (docs/testing.md). Each worker is its own pytest session: its own
+# session servers, tmp_path root and fixtures; ports are picked free by the kernel (port 0), caches shared across
+# workers are filled under a lock (rlvr.io.exclusive). What a worker's environment needs besides, set before
+# anything imports torch: its share of the cores, for the vLLM engines it starts (vLLM's default binds every engine
+# to the same core) and for torch's threads (on a busy 2-core machine one thread was 10x faster than two: the note
+# in rlvr/suite/offline.py).
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... inside `pytest -n N`
+
+
+def worker_cores(worker: str, workers: int, cores: list[int]) -> list[int]:
+    """Worker `gwI`'s slice of the cores: an equal share each, at least one core."""
+    index = int(worker.removeprefix("gw"))
+    share = max(1, len(cores) // workers)
+    start = (index * share) % len(cores)
+    return cores[start:start + share]
+
+
+if WORKER is not None:
+    _cores = worker_cores(WORKER, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
+                          sorted(os.sched_getaffinity(0)))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, _cores)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(_cores)))
 
 
 @pytest.fixture(scope="session")
@@ -142,6 +170,8 @@ SERVER_FIXTURES = frozenset({"tiny_server", "smol_server", "training_server"})
 def pytest_configure(config):
     config.addinivalue_line("markers", "long: whole pipelines end to end (20+ min) and the extra seeds of learning "
                             "checks: `make test-long`, not `make test`")
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) reports; workers send reports
+        config.pluginmanager.register(DirectoryTimes(), "rlvr-directory-times")
 
 
 # The GPU checks (tests/gpu, marker `gpu`) run where torch sees a CUDA device (`make gpu-check`); elsewhere they are
@@ -160,11 +190,147 @@ def skip_gpu_tests_without_cuda(items) -> None:
             item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     skip_gpu_tests_without_cuda(items)
+    if config.getoption("dist", "no") == "loadgroup":
+        share_session_servers(items)
     unmarked = [item for item in items
                 if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None]
     for item in unmarked:  # still kept out of the fast profile, and named so that the module gets its mark
         item.add_marker(pytest.mark.slow)
         item.warn(pytest.PytestUnknownMarkWarning(
             f"{item.nodeid} starts a vLLM server but is not marked slow: add `pytestmark = pytest.mark.slow`"))
+
+
+# ------------------------------------------------------------------------------------------ scheduling the workers
+# `--dist loadgroup` (make test): a module is one unit of work, so its module fixtures start once; the modules whose
+# tests use a session server form one unit per server, so that each server starts once per run, on one worker.
+# The units go out longest first (server groups, then modules with slow tests, then the rest), so that the last
+# ones to run are short and the two workers finish together.
+SERVER_GROUPS = {"training_server": "training_server", "mt_grpo_run": "training_server",
+                 "tiny_server": "tiny_server", "smol_server": "tiny_server"}
+GROUP_ORDER = ("training_server", "tiny_server")
+
+
+def share_session_servers(items) -> None:
+    """Mark every test of a module that uses a session server with that server's xdist group (the first of
+    GROUP_ORDER if it uses two), and put the items in scheduling order (stable within a module)."""
+    servers = defaultdict(set)
+    slow_modules = set()
+    for item in items:
+        servers[item.path] |= {SERVER_GROUPS[name] for name in SERVER_GROUPS.keys() & set(item.fixturenames)}
+        if item.get_closest_marker("slow") is not None:
+            slow_modules.add(item.path)
+    for item in items:
+        groups = [group for group in GROUP_ORDER if group in servers[item.path]]
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
+
+    def order(item) -> int:
+        groups = [GROUP_ORDER.index(group) for group in servers[item.path]]
+        return min(groups) if groups else len(GROUP_ORDER) + (item.path not in slow_modules)
+
+    items.sort(key=order)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest without xdist (make gpu-check) has no spec for it
+def pytest_xdist_make_scheduler(config, log):
+    """loadgroup with modules as the units of ungrouped tests, in collection order (share_session_servers')."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModulesAndServerGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return nodeid.split("::", 1)[0] if scope == nodeid else scope
+
+    config.option.loadscopereorder = False  # xdist would put the units with the most tests first
+    return ModulesAndServerGroups(config, log)
+
+
+# ------------------------------------------------------------------------------------- servers left behind
+# Session fixtures stop their servers before the session ends: a server process that `launch()` started in this
+# process and that is still alive then is a leak (launch() must stop its whole process group). Under xdist each
+# worker checks its own and hands the pids to the controller, which fails the run.
+def leftover_servers() -> list[int]:
+    if "rlvr.serve.launch" not in sys.modules:  # nothing in this process could have launched one
+        return []
+    return sys.modules["rlvr.serve.launch"].servers_started_by(os.getpid())
+
+
+LEFTOVER_KEY = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    left = leftover_servers() + config.stash.get(LEFTOVER_KEY, [])
+    if hasattr(config, "workerinput"):
+        config.workeroutput["leftover_servers"] = left  # sent to the controller after this hook
+        return
+    if left:
+        config.get_terminal_writer().line(
+            f"rlvr serve processes outlived the test session (pids {left}): launch() must stop its process group",
+            red=True,
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """In the xdist controller: a worker's leftover servers (see pytest_sessionfinish)."""
+    output = getattr(node, "workeroutput", {})  # a worker that crashed sent none
+    node.config.stash.setdefault(LEFTOVER_KEY, []).extend(output.get("leftover_servers", []))
+
+
+# ------------------------------------------------------------------------------------- time per test directory
+# Every run ends with the time each area of the suite took (setup + call + teardown of its tests, summed over the
+# workers; a session server's start counts to the first test that uses it) and its share of the whole, against the
+# share docs/testing.md gives the area. Over budget is reported, not failed: machines of this class differ 2x in
+# speed, so a timing is a number to read (the charter), never an assertion.
+BUDGET_DOC = REPO_ROOT / "docs" / "testing.md"
+BUDGET_ROW = re.compile(r"^\|\s*`([\w./-]+)`\s*\|\s*(\d+(?:\.\d+)?)\s*%", re.MULTILINE)
+
+
+def area_of(nodeid: str) -> str:
+    """tests/<area> or environments/<package>: the first two parts of the test's path."""
+    return "/".join(nodeid.split("::", 1)[0].split("/")[:2])
+
+
+def budget_shares() -> dict[str, float]:
+    """Area -> its share of the suite's time in percent: the rows `| `area` | N% |` of docs/testing.md."""
+    text = BUDGET_DOC.read_text() if BUDGET_DOC.is_file() else ""
+    return {area: float(share) for area, share in BUDGET_ROW.findall(text)}
+
+
+class DirectoryTimes:
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.tests: dict[str, int] = defaultdict(int)
+        self.start = time.monotonic()
+
+    def pytest_runtest_logreport(self, report):  # in the xdist controller too: the workers' reports
+        area = area_of(report.nodeid)
+        self.seconds[area] += report.duration
+        self.tests[area] += report.when == "setup"
+
+    def pytest_terminal_summary(self, terminalreporter):
+        total = sum(self.seconds.values())
+        if not total:
+            return
+        budget = budget_shares()
+        write = terminalreporter.write_line
+        terminalreporter.section("time per test directory")
+        write(f"{'area':32} {'tests':>5} {'minutes':>8} {'share':>6} {'budget':>6}")
+        for area, seconds in sorted(self.seconds.items(), key=lambda kv: -kv[1]):
+            share = 100 * seconds / total
+            limit = budget.get(area)
+            verdict = ("no budget: give the area a share in docs/testing.md" if limit is None
+                       else "OVER BUDGET" if share > limit else "")
+            limit_text = "-" if limit is None else f"{limit:.0f}%"
+            write(f"{area:32} {self.tests[area]:5d} {seconds / 60:8.1f} {share:5.1f}% {limit_text:>6} {verdict}".rstrip())
+        write(f"{'all':32} {sum(self.tests.values()):5d} {total / 60:8.1f} (test time, summed over the workers); "
+              f"wall {(time.monotonic() - self.start) / 60:.1f} min")
+
