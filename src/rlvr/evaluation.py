@@ -300,6 +300,11 @@ def run_rollouts(
     if split not in {"eval", "train"}:
         raise ValueError(f"--split must be 'eval' or 'train', got {split!r}")
     dataset = env.get_eval_dataset(n=num_examples, seed=seed) if split == "eval" else env.get_dataset(num_examples, seed)
+    from rlvr.v1 import V1Environment
+
+    if isinstance(env, V1Environment):  # a verifiers v1 environment: its episodes run in the bridge (rlvr.v1)
+        return env.evaluate(dataset, rollouts_per_example, url=base_url, model=model, sampling_args=sampling_args or {},
+                            max_concurrent=max_concurrent, seed=sampling_seed)
     if rollouts_per_example > 1:
         dataset = dataset.repeat(rollouts_per_example)
     recovery = ServerRecovery(base_url, server, after_restart)

@@ -29,7 +29,6 @@ from rlvr.rollouts import Rollout, from_state
 from rlvr.seeding import number_rollouts, seeded_rollouts
 from rlvr.serve.protocol import WEIGHT_VERSION_FIELD, WEIGHT_VERSION_PATH
 from rlvr.token_prompts import token_prompt_rollouts
-from rlvr.v1.env import V1Environment
 
 
 class ServerError(RuntimeError):
@@ -195,6 +194,8 @@ class RolloutClient:
         """`rollouts_per_example` rollouts of each row, scored group by group by the environment's rubric (verifiers'
         `generate` groups the rollouts of one example and scores each group when it finishes). `batch`: the
         training batch's index, part of every request's sampling seed."""
+        from rlvr.v1.env import V1Environment  # here: rlvr.v1 builds on this module
+
         start = time.perf_counter()
         if isinstance(env, V1Environment):  # a verifiers v1 environment: its episodes run in the bridge (rlvr.v1)
             rollouts = env.rollouts(rows, rollouts_per_example, url=self.url, model=self.model,

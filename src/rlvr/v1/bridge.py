@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlvr.trainer.rollout_client import ServerError
+
 WORKER = Path(__file__).with_name("worker.py")
 RENDERER = f"{Path(__file__).with_name('renderer.py')}:HermesTextRenderer"
 PYTHON_ENV = "RLVR_V1_PYTHON"
@@ -30,8 +32,9 @@ MARGIN_S = 30.0  # added to a batch's deadline for the worker's own bookkeeping
 SERVE_FLAGS = ("--enable-scale-out",)
 
 
-class V1Error(RuntimeError):
-    """The bridge cannot do what was asked; the message is one line with the fix."""
+class V1Error(ServerError):
+    """The bridge cannot do what was asked; the message is one line with the fix. A ServerError: to the trainer
+    the bridge is where rollouts come from, and `rlvr train` reports these in one line."""
 
 
 def check_generate(url: str, model: str, timeout: float = 60.0) -> None:

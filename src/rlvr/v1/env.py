@@ -16,7 +16,7 @@ from typing import Any
 
 from rlvr.rollouts import Rollout
 from rlvr.v1.bridge import RENDERER, V1Error, Worker, check_generate
-from rlvr.v1.convert import failed_rollout, to_rollout
+from rlvr.v1.convert import V1TraceError, failed_rollout, to_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -137,9 +137,43 @@ class V1Environment:
             traces = [t for t in result.get("traces") or [] if (t.get("agent") or {}).get("trainable", True)]
             if not traces:
                 rollouts.append(failed_rollout(**where, error=result.get("error") or "the episode left no trace"))
-            rollouts += [to_rollout(t, **where, error=result.get("error")) for t in traces]
+            try:
+                rollouts += [to_rollout(t, **where, error=result.get("error")) for t in traces]
+            except V1TraceError as err:
+                raise V1Error(f"{self.env_id}, task {where['example_id']}: {err}") from err
         self.check_failures(rollouts, batch)
         return rollouts
+
+    def evaluate(self, rows, rollouts_per_example: int, *, url: str, model: str, sampling_args: Mapping[str, Any],
+                 max_concurrent: int, seed: int | None) -> dict:
+        """`rlvr evaluate`'s rollouts, as verifiers 0.1.9's GenerateOutputs (what rlvr.evaluation saves and
+        summarises): states that rlvr.rollouts.from_state reads back into the same rollouts."""
+        import time
+        from datetime import datetime
+
+        from rlvr import models
+
+        start = time.perf_counter()
+        rollouts = self.rollouts(list(rows), rollouts_per_example, url=url, model=model,
+                                 model_path=models.resolve(model), sampling_args=sampling_args,
+                                 max_concurrent=max_concurrent, seed=seed)
+        states = [generate_state(r) for r in rollouts]
+        names = sorted({name for r in rollouts for name in r.metrics})
+        rewards = [r.outcome for r in rollouts]
+        return {
+            "prompt": [r.prompt for r in rollouts], "completion": [r.completion for r in rollouts],
+            "answer": [r.answer for r in rollouts], "task": [r.task for r in rollouts],
+            "info": [{} for _ in rollouts], "example_id": [r.example_id for r in rollouts], "reward": rewards,
+            "metrics": {name: [r.metrics.get(name, 0.0) for r in rollouts] for name in names}, "state": states,
+            "metadata": {"env_id": self.env_id, "env_args": self.config, "model": model, "base_url": url,
+                         "num_examples": len(rows), "rollouts_per_example": rollouts_per_example,
+                         "sampling_args": dict(sampling_args), "date": datetime.now().isoformat(),
+                         "time_ms": (time.perf_counter() - start) * 1000,
+                         "avg_reward": sum(rewards) / max(len(rewards), 1),
+                         "avg_metrics": {n: sum(r.metrics.get(n, 0.0) for r in rollouts) / len(rollouts)
+                                         for n in names},
+                         "state_columns": [], "path_to_save": None},
+        }
 
     def check_failures(self, rollouts: Sequence[Rollout], batch: int) -> None:
         failed = [r.error for r in rollouts if r.error]
@@ -153,3 +187,24 @@ class V1Environment:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+
+
+def generate_state(rollout: Rollout) -> dict:
+    """A rollout as a verifiers 0.1.9 state, the inverse of rlvr.rollouts.from_state (turn rewards on each step's
+    extras, token ids on its tokens), for the code that saves evaluations."""
+    steps = []
+    for turn in rollout.turns:
+        tokens = turn.tokens
+        step = {"reward": turn.reward, "response": None, "extras": {"tool_result": turn.tool_result}, "tokens": None
+                if tokens is None else {"prompt_ids": list(tokens.prompt_ids),
+                                        "completion_ids": list(tokens.completion_ids),
+                                        "completion_mask": list(tokens.completion_mask),
+                                        "completion_logprobs": list(tokens.completion_logprobs)}}
+        if turn.reward is not None:
+            step["extras"]["turn_rewards"] = dict(turn.reward_parts)
+        steps.append(step)
+    return {"example_id": rollout.example_id, "task": rollout.task, "prompt": rollout.prompt,
+            "completion": rollout.completion, "answer": rollout.answer, "reward": rollout.outcome,
+            "metrics": dict(rollout.metrics), "trajectory": steps, "is_truncated": rollout.truncated,
+            "error": None if rollout.error is None else V1Error(rollout.error),
+            "timing": {"generation_ms": 0.0, "scoring_ms": 0.0, "total_ms": 0.0}}

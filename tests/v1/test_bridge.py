@@ -1,0 +1,116 @@
+"""The bridge for real: verifiers 0.4 in .venv-v1 runs v1 episodes against a tiny-random `rlvr serve`, and rlvr
+trains on them; broken v1 environments end in one clear error, never a hang. The server is this module's own:
+verifiers v1 samples through vLLM's /inference/v1/generate, which needs --enable-scale-out (rlvr.v1.bridge)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlvr import models
+from rlvr.v1 import V1Environment, V1Error
+from rlvr.v1.bridge import SERVE_FLAGS, check_generate
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+BROKEN = Path(__file__).parent / "envs"  # v1_broken, put on the worker's path
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"}
+SAMPLING = {"temperature": 1.0, "max_tokens": 8}
+
+
+@pytest.fixture(scope="module")
+def v1_server(tiny_model):
+    from rlvr.serve import launch
+
+    with launch(model="tiny-random", extra_args=[*SERVE_FLAGS, "--dtype", "float32"]) as server:
+        yield server
+
+
+def rollouts(env: V1Environment, server, **kwargs):
+    rows = [{"example_id": t["idx"], "prompt": t["prompt"]} for t in env.tasks()]
+    return env.rollouts(rows, 2, url=server.url, model="tiny-random", model_path=models.resolve("tiny-random"),
+                        sampling_args=SAMPLING, max_concurrent=4, seed=0, **kwargs)
+
+
+def test_train_three_steps_through_the_bridge(v1_server, tmp_path):
+    """`rlvr train` on v1-calculator (multi-turn, a tool, turn rewards) with a turn-level estimator."""
+    run_dir = tmp_path / "run"
+    settings = dict(max_steps=3, batch_size=8, rollouts_per_example=4, micro_batch_size=8, max_tokens_per_turn=8,
+                    max_seq_len=512, report_to="none", logging_steps=1, progress="false")
+    command = [sys.executable, "-m", "rlvr.cli", "train", "--env", "v1:v1-calculator", "--model", "tiny-random",
+               "--algo", "mt_grpo", "--server", v1_server.url, "-o", str(run_dir),
+               "-a", json.dumps({"taskset": {"num_tasks": 8}}), *(f"-s{k}={v}" for k, v in settings.items())]
+    result = subprocess.run(command, cwd=REPO, env={**os.environ, **OFFLINE}, capture_output=True, text=True,
+                            timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [0, 1, 2]
+    logged = [r for s in steps for r in s["rollouts"]]
+    assert logged and all(len(r["turn_rewards"]) == len(r["turn_advantages"]) >= 1 for r in logged)
+    assert all(r["error"] == "" for r in logged)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any("turn/1/reward" in m for m in metrics)
+    credit = (run_dir / "token_credit.jsonl").read_text().splitlines()
+    assert credit, "rlvr view reads the advantages per token from token_credit.jsonl"
+    assert (run_dir / "final").is_dir()
+
+
+def test_episodes_carry_the_servers_tokens(v1_server):
+    env = V1Environment("v1:v1-calculator", {"taskset": {"num_tasks": 2}})
+    try:
+        got = rollouts(env, v1_server)
+    finally:
+        env.close()
+    assert [r.example_id for r in got] == [0, 0, 1, 1]
+    for rollout in got:
+        assert rollout.error is None and rollout.turn_level
+        for turn in rollout.turns:
+            assert 0 < len(turn.tokens.completion_ids) <= SAMPLING["max_tokens"]
+            assert all(lp <= 0.0 for lp in turn.tokens.completion_logprobs)
+
+
+@pytest.mark.parametrize(("mode", "timeout", "message"), [
+    ("raise_reward", 300, r"every episode of batch 0 of v1:v1-broken failed: .*ZeroDivisionError: the reward divided"),
+    ("hang", 5, r"every episode .* failed: the episode outlived its 5 s limit and was cancelled"),
+    ("block", 5, r"every episode .* failed: killed with the v1 worker at the batch's 35 s deadline"),
+])
+def test_broken_environments_fail_in_one_line(v1_server, monkeypatch, mode, timeout, message):
+    monkeypatch.setenv("PYTHONPATH", str(BROKEN))
+    env = V1Environment("v1:v1-broken", {"taskset": {"mode": mode}, "rlvr": {"episode_timeout": timeout}})
+    start = time.monotonic()
+    try:
+        with pytest.raises(V1Error, match=message) as caught:
+            rollouts(env, v1_server)
+    finally:
+        env.close()
+    assert "\n" not in str(caught.value)
+    assert time.monotonic() - start < timeout + 180  # the worker's start-up included
+
+
+def test_a_trace_without_token_ids_is_named(v1_server):
+    """An agent pinned to verifiers' eval client gets answers without token ids: nothing to train on."""
+    client = {"type": "eval", "base_url": f"{v1_server.url}/v1", "api_key_var": "RLVR_V1_API_KEY"}
+    env = V1Environment("v1:v1-calculator", {"taskset": {"num_tasks": 1}, "agent": {"client": client}})
+    try:
+        with pytest.raises(V1Error, match="carries no token ids .* TrainClientConfig"):
+            rollouts(env, v1_server)
+    finally:
+        env.close()
+
+
+def test_what_cannot_run_here_is_named(training_server):
+    with pytest.raises(V1Error, match="does not serve /inference/v1/generate .* --enable-scale-out"):
+        check_generate(training_server.url, "tiny-random")
+    hosted = V1Environment("v1:v1-calculator", {"agent": {"runtime": {"type": "prime"}}})
+    with pytest.raises(V1Error, match="'prime' runtime, which rlvr's bridge cannot run here.*subprocess"):
+        hosted.tasks()
+    missing = V1Environment("v1:no-such-taskset")
+    with pytest.raises(V1Error, match="not found.*Install it into the bridge's interpreter"):
+        missing.tasks()
