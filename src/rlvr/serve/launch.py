@@ -8,13 +8,16 @@ environment, so a test session can check that nothing it started is still alive 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +30,10 @@ from rlvr.serve.protocol import ADMIN_TOKEN_ENV
 if TYPE_CHECKING:
     import torch
 
+logger = logging.getLogger("rlvr.serve")
 OWNER_ENV = "RLVR_SERVE_OWNER"
 LOG_TAIL_LINES = 60
+EXIT_WAIT_S = 2.0  # how long a server whose connection broke gets to be reaped
 # vLLM's --dtype values (vllm/config/model.py ModelDType).
 VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
@@ -57,6 +62,18 @@ class Server:
         except subprocess.TimeoutExpired:
             return None
 
+    def death(self, wait_s: float = 0.0) -> str | None:
+        """"died (exit code N)" once the server has exited (waited for up to `wait_s` seconds), with the engine's
+        last error from its log when it logged one ("died (exit code 0; the engine's last error: RuntimeError:
+        ...)": the API server exits cleanly once its engine has died, so the code alone says nothing); None while
+        it runs or when this process did not start it."""
+        code = self.exit_code(wait_s)
+        if code is None:
+            return None
+        error = engine_error(self.log_file)
+        cause = f"; the engine's last error: {error}" if error else ""
+        return f"died ({describe_exit(code)}{cause})"
+
     def kill(self) -> None:
         """SIGKILL the server's process group (API server and engine core) and reap it: a hung server may not
         answer SIGTERM. Only for a server this process started."""
@@ -70,6 +87,46 @@ class Server:
     def base_url(self) -> str:
         """The OpenAI API base (what `vf-eval -b` and `AsyncOpenAI(base_url=...)` take)."""
         return f"{self.url}/v1"
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"exit code {code}, killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+# vLLM 0.32 logs an engine's death as "EngineCore encountered a fatal error." (vllm/v1/engine/core.py) followed by
+# the traceback; a worker's death as "Worker proc NAME died unexpectedly ..." (vllm/v1/executor/multiproc_executor.py).
+ENGINE_FATAL = "EngineCore encountered a fatal error"
+WORKER_DIED = re.compile(r"Worker proc \S+ died unexpectedly[^,]*")
+# The last line of a traceback: "RuntimeError: message", "vllm.v1.engine.exceptions.EngineDeadError: ...".
+EXCEPTION_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?:: .*)?$")
+ENGINE_ERROR_SCAN_BYTES = 256 * 1024
+ENGINE_ERROR_MAX_CHARS = 300
+
+
+def engine_error(log_file: Path) -> str | None:
+    """The error the engine last died of, from the end of a server log: the exception that ends the traceback logged
+    with vLLM's last "EngineCore encountered a fatal error" (the lines after it that carry the same log prefix),
+    else its last "Worker proc ... died unexpectedly"; None when the log has neither (a server killed from outside)."""
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - ENGINE_ERROR_SCAN_BYTES))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    fatal = [i for i, line in enumerate(lines) if ENGINE_FATAL in line]
+    if fatal:
+        prefix = lines[fatal[-1]].split(ENGINE_FATAL)[0]
+        error = None
+        for line in itertools.takewhile(lambda line: line.startswith(prefix), lines[fatal[-1] + 1:]):
+            if match := EXCEPTION_LINE.match(line[len(prefix):].rstrip()):
+                error = match.group(0)
+        if error is not None:
+            return error[:ENGINE_ERROR_MAX_CHARS]
+    worker_deaths = [m.group(0) for line in lines if (m := WORKER_DIED.search(line))]
+    return worker_deaths[-1] if worker_deaths else None
 
 
 def free_port() -> int:
@@ -195,6 +252,71 @@ def serve_process(
         yield Server(url=url, model=model, port=port, pid=proc.pid, log_file=log_file, process=proc)
     finally:
         _stop_group(proc, stop_grace)
+
+
+def server_problem(url: str, started: Server | None = None, health_timeout: float = 10.0) -> str | None:
+    """What is wrong with the server at `url` ("died (...)", "does not answer /health ...", "answers /health with
+    HTTP N"), None when it is healthy. `started`: the server, when this process launched it (its exit is checked)."""
+    died = started and started.death()
+    if died:
+        return died
+    try:
+        status = httpx.get(f"{url}/health", timeout=health_timeout).status_code
+    except httpx.HTTPError as err:
+        # A server killed mid-request has closed its sockets a moment before it can be reaped: a refused or reset
+        # connection may come first, so its exit is waited for briefly before calling it silent.
+        return (started and started.death(EXIT_WAIT_S)) or (
+            f"does not answer {url}/health within {health_timeout:.0f} s ({type(err).__name__})")
+    return None if status == 200 else f"answers {url}/health with HTTP {status}"
+
+
+class KeptServer:
+    """A server `launch`ed by this process that can be restarted on its port (`keep_serving`): `url`, `base_url`,
+    `model` and `port` are the current server's, and stay the same across restarts.
+
+    `restart(problem)`: at most `max_restarts` times in all, each logged with the problem and the log file; False
+    when they are spent or the new server did not come up (then the caller stops, naming `problem`).
+    """
+
+    def __init__(self, start: Callable[[int | None], Server], max_restarts: int = 2):
+        self._start = start
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.server = start(None)
+
+    url = property(lambda self: self.server.url)
+    base_url = property(lambda self: self.server.base_url)
+    model = property(lambda self: self.server.model)
+    port = property(lambda self: self.server.port)
+    log_file = property(lambda self: self.server.log_file)
+
+    def problem(self, health_timeout: float = 10.0) -> str | None:
+        return server_problem(self.url, self.server, health_timeout)
+
+    def restart(self, problem: str) -> bool:
+        if self.restarts >= self.max_restarts:
+            return False
+        self.restarts += 1
+        logger.warning(f"the rollout server {self.url} {problem}: restarting it (restart {self.restarts} of "
+                       f"{self.max_restarts}; its log: {self.log_file})")
+        if self.server.exit_code() is None:  # hung, not dead: it still holds the port and its memory
+            self.server.kill()
+        try:
+            self.server = self._start(self.server.port)
+        except ServeLaunchError as err:
+            logger.error(f"the rollout server did not come back: {str(err).splitlines()[0]}")
+            self.restarts = self.max_restarts
+            return False
+        logger.warning(f"the rollout server is back at {self.url}")
+        return True
+
+
+@contextmanager
+def keep_serving(model: str, *, max_restarts: int = 2, **launch_args) -> Iterator[KeptServer]:
+    """`launch(model, **launch_args)` as a `KeptServer`: each restart runs with the same arguments on the same port;
+    whichever server runs when the block exits is stopped."""
+    with contextlib.ExitStack() as stack:
+        yield KeptServer(lambda port: stack.enter_context(launch(model, port=port, **launch_args)), max_restarts)
 
 
 def dtype_args(dtype: str | torch.dtype | None, extra_args: Sequence[str]) -> list[str]:

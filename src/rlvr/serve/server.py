@@ -25,6 +25,7 @@ from pathlib import Path
 
 from rlvr.serve.admin import AdminTokenMiddleware
 from rlvr.serve.cpu_routes import add_cpu_routes, default_weights_roots
+from rlvr.serve.engine import install_parent_watches
 from rlvr.serve.gate import WeightUpdateGate
 from rlvr.serve.nccl_routes import add_nccl_routes
 from rlvr.serve.options import (
@@ -57,6 +58,7 @@ async def run_server(args: argparse.Namespace, options: ServeOptions, *, on_cpu:
 
     # Until uvicorn installs its own handler, SIGTERM must still stop a server that is loading the model.
     signal.signal(signal.SIGTERM, interrupt_init)
+    install_parent_watches()  # the engine core and its workers die with this process, however it dies
     listen_address, sock = setup_server(args, reuse_port=False)
     # RAM-backed when possible: an uploaded file only lives for one load.
     upload_root = "/dev/shm" if os.path.isdir("/dev/shm") else None

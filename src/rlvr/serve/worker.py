@@ -19,7 +19,12 @@ from collections.abc import Iterator, Sequence
 import torch
 from safetensors import safe_open
 
+from rlvr.serve.engine import spare_seeded_generators
 from rlvr.serve.protocol import parse_aliases
+
+# vLLM imports this module in the process that runs the worker (to mix the extension in) before it builds the model
+# runner: the one hook into that process whatever the executor, so the sampling fix is applied here.
+spare_seeded_generators()
 
 
 class WeightSyncWorkerExtension:

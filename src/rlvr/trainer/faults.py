@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 from transformers import TrainerCallback
 
 from rlvr.trainer.rollout_client import ServerError, start_command
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 SERVER_LOG_LINES = 20
-EXIT_WAIT_S = 2.0  # how long a server whose connection broke gets to be reaped
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -61,15 +59,6 @@ class ServerDown(ServerError):
     """The rollout server died or stopped answering; the message names it and says how to continue."""
 
 
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"exit code {code}, killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"exit code {code}"
-    return f"exit code {code}"
-
-
 class ServerWatch:
     """The rollout server as the trainer's supervisor sees it (main process only).
 
@@ -88,23 +77,11 @@ class ServerWatch:
         self.wait_s, self.first_wait_s, self.health_timeout = wait_s, first_wait_s, health_timeout
 
     def diagnosis(self) -> str | None:
-        """What is wrong with the server ("died (exit code N)", "does not answer /health ..."), None if healthy."""
-        died = self.died()
-        if died:
-            return died
-        try:
-            status = httpx.get(f"{self.url}/health", timeout=self.health_timeout).status_code
-        except httpx.HTTPError as err:
-            # A server killed mid-request has closed its sockets a moment before it can be reaped: a refused or
-            # reset connection may come first, so its exit is waited for briefly before calling it silent.
-            return self.died(EXIT_WAIT_S) or (f"does not answer {self.url}/health within {self.health_timeout:.0f} "
-                                              f"s ({type(err).__name__})")
-        return None if status == 200 else f"answers {self.url}/health with HTTP {status}"
+        """What is wrong with the server ("died (exit code N; the engine's last error: ...)", "does not answer
+        /health ..."), None if healthy."""
+        from rlvr.serve.launch import server_problem
 
-    def died(self, wait_s: float = 0.0) -> str | None:
-        """"died (exit code N)" once the server this run started has exited (waited for up to `wait_s`)."""
-        code = None if self.started is None else self.started.exit_code(wait_s)
-        return None if code is None else f"died ({describe_exit(code)})"
+        return server_problem(self.url, self.started, self.health_timeout)
 
     def message(self, problem: str) -> str:
         if self.started is not None:
@@ -188,11 +165,11 @@ class LauncherServer:
 
     def check(self) -> None:
         """Restart the server if it has died and restarts are left; call it while the ranks run."""
-        code = self.server.exit_code()
-        if code is None or self.restarts >= self.max_restarts:
+        death = self.server.death()
+        if death is None or self.restarts >= self.max_restarts:
             return
         self.restarts += 1
-        logger.warning(f"the rollout server {self.server.url} died ({describe_exit(code)}): restarting it (restart "
+        logger.warning(f"the rollout server {self.server.url} {death}: restarting it (restart "
                        f"{self.restarts} of {self.max_restarts}; its log: {self.server.log_file})")
         try:
             self.server = self.start(self.server.port)
