@@ -5,6 +5,8 @@ It recognises, anywhere under DIR:
 - evaluations: ``results.jsonl`` + ``metadata.json`` (vf-eval's layout, ours or vf-eval's own) -> a table and
   per-turn reward bars;
 - benchmarks: ``grid.jsonl`` -> the model x retriever (or environment) grid as a table and a heatmap.
+Evaluations of the same weights before and after training (sibling folders named ``...before...`` and
+``...after...``, as `rlvr demo` writes them) are compared: a fall of the held-out outcome leads the report.
 A study directory (``study.json``, written by `rlvr study`) gets the study's own report instead: `rlvr analyze`
 hands it to rlvr.study.report.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +24,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 
-from rlvr.evaluation import TURN_REWARDS, mean_stderr  # noqa: E402
+from rlvr.evaluation import TURN_REWARDS, Stat, mean_stderr  # noqa: E402
 from rlvr.io import atomic_write_text  # noqa: E402
 from rlvr.rollouts import is_rollout_statistic  # noqa: E402
 
@@ -41,6 +44,7 @@ def read_jsonl(path: Path) -> list[dict]:
 @dataclass
 class Report:
     sections: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # lead the report
     plots: list[Path] = field(default_factory=list)
 
 
@@ -52,6 +56,34 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+# The task's outcome (exact match, where the environment scores it) and the rollout's outcome reward. A run can raise
+# its turn reward while lowering these, e.g. by learning to search where it must answer (issue 44): any fall is
+# reported first, whatever else rose.
+OUTCOME_METRICS = {"exact_match": "exact match (the task's outcome)", "reward": "outcome reward"}
+
+
+def outcome_fell(before: Mapping[str, Stat], after: Mapping[str, Stat], what: str = "") -> list[str]:
+    """One plain warning per outcome metric whose held-out mean is lower after training than before (any fall: a
+    small one is said with its size in standard errors of the difference, not hidden)."""
+    warnings = []
+    for name, label in OUTCOME_METRICS.items():
+        if name not in before or name not in after or not after[name].mean < before[name].mean:
+            continue
+        b, a = before[name], after[name]
+        diff, se = a.mean - b.mean, math.hypot(b.stderr, a.stderr)
+        size = f"{abs(diff) / se:.1f} standard errors of the difference" if se > 0 else "no sampling error"
+        warnings.append(f"**Warning: training lowered the held-out {label}{what}** from {b.mean:.3f} to {a.mean:.3f} "
+                        f"({diff:+.3f}, {size}).")
+    return warnings
+
+
+def before_after_pairs(evaluations: list[Path]) -> list[tuple[Path, Path]]:
+    """(before, after) evaluation folders: siblings whose names differ only by "before" -> "after"."""
+    found = set(evaluations)
+    return [(d, twin) for d in evaluations if "before" in d.name
+            and (twin := d.with_name(d.name.replace("before", "after"))) in found]
 
 
 # Counts on another scale than rewards: tabled, not drawn on the reward curve.
@@ -173,6 +205,13 @@ def analyze(directory: Path) -> Path:
         header = ["env", "model", "rollouts", "reward (mean ± se)", "dir"]
         table = markdown_table(header, [[r["env"], r["model"], r["rollouts"], r["reward"], r["dir"]] for r in rows])
         report.sections.append(f"## Evaluations\n\n{table}")
+        from rlvr.study.report import read_summary
+
+        for before, after in before_after_pairs(evals):  # our evaluations carry summary.json; vf-eval's do not
+            if not ((before / "summary.json").is_file() and (after / "summary.json").is_file()):
+                continue
+            where = f" ({after.relative_to(directory)} against {before.relative_to(directory)})"
+            report.warnings += outcome_fell(read_summary(before), read_summary(after), where)
         png = directory / "turn_rewards.png"
         if plot_turn_rewards(turns, png):
             report.plots.append(png)
@@ -196,5 +235,6 @@ def analyze(directory: Path) -> Path:
             "(evaluation) or grid.jsonl (benchmark)"
         )
     images = "\n".join(f"![{p.stem}]({p.relative_to(directory)})" for p in report.plots)
-    markdown = "# rlvr analysis\n\n" + "\n\n".join(report.sections) + "\n\n## Plots\n\n" + images + "\n"
+    warnings = "".join(f"{w}\n\n" for w in report.warnings)
+    markdown = "# rlvr analysis\n\n" + warnings + "\n\n".join(report.sections) + "\n\n## Plots\n\n" + images + "\n"
     return atomic_write_text(directory / "analysis.md", markdown)

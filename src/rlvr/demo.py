@@ -10,6 +10,7 @@ evaluation, the training rollouts (taking every weight update) and the final eva
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,12 +22,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from rlvr import evaluation  # noqa: E402
+from rlvr.analysis import outcome_fell  # noqa: E402
 from rlvr.io import atomic_write_json, atomic_write_text  # noqa: E402
 
 console = Console()
 
-# The numbers the report compares before and after training: the turn-level signal first.
-KEY_METRICS = ("turn_reward", "tool_execution_reward", "answer_in_first_search_result", "exact_match", "reward")
+# The numbers the report compares before and after training: the task's outcome first, then the turn-level signal.
+KEY_METRICS = ("exact_match", "answered", "turn_reward", "tool_execution_reward", "answer_in_first_search_result", "reward")
+
+
+ALGO_NAMES = {"mt_grpo": "MT-GRPO", "grpo": "GRPO-OR"}
 
 
 @dataclass
@@ -59,6 +64,7 @@ def demo_config(settings: DemoSettings, run_dir: Path):
         micro_batch_size=4, max_tokens_per_turn=settings.max_tokens_per_turn, max_seq_len=1024,
         temperature=settings.temperature, learning_rate=settings.learning_rate,
         num_iterations=1, save_steps=settings.steps, logging_steps=1, report_to="none", progress=True,
+        num_logged_rollouts=settings.batch_size,  # every rollout: what the answer turn does, step by step
         use_lora=False,  # full fine-tuning: RLConfig defaults to LoRA, and the final sync loads model.safetensors
     ))
 
@@ -70,7 +76,9 @@ def _evaluate(env, server, settings: DemoSettings, label: str) -> dict:
         rollouts_per_example=settings.eval_rollouts,
         sampling_args={"temperature": settings.temperature, "max_tokens": settings.max_tokens_per_turn},
     )
-    summary = evaluation.summarize(evaluation.rollouts_of(results))
+    rollouts = evaluation.rollouts_of(results)
+    summary = evaluation.summarize(rollouts)
+    summary["answered"] = evaluation.mean_stderr([env.parser.parse_answer(r.completion) is not None for r in rollouts])
     console.print(evaluation.summary_table(summary, label))
     return {"results": results, "summary": summary}
 
@@ -103,34 +111,44 @@ def _plot(metrics_path: Path, before: dict, after: dict, out_png: Path, algo: st
     plt.close(fig)
 
 
-def verdict(before: dict, after: dict, metric: str = "turn_reward") -> str:
-    """Plain words: did the turn-level reward rise by more than two standard errors of the difference?"""
-    b, a = before["summary"][metric], after["summary"][metric]
-    diff, se = a.mean - b.mean, (a.stderr**2 + b.stderr**2) ** 0.5
-    if diff > 2 * se:
-        return f"The turn reward rose from {b.mean:.3f} to {a.mean:.3f} (+{diff:.3f}, {diff / se:.1f} standard errors)."
-    return (f"No clear turn-level learning signal within this budget: the turn reward went from {b.mean:.3f} to "
-            f"{a.mean:.3f} ({diff:+.3f}, standard error of the difference {se:.3f}). Train longer "
-            "(`rlvr demo --steps N`) or see the README for settings that learn.")
+def verdict(before: dict, after: dict) -> str:
+    """Plain words, the task's outcome first: exact match beside the turn reward, and a warning when training lowered
+    the held-out outcome (a turn reward that rises while the model stops answering is no success: issue 44)."""
+    b, a = before["summary"], after["summary"]
+
+    def change(metric: str, label: str) -> str:
+        diff, se = a[metric].mean - b[metric].mean, math.hypot(a[metric].stderr, b[metric].stderr)
+        size = f"{diff / se:+.1f} standard errors" if se > 0 else "no sampling error"
+        return f"{label} {b[metric].mean:.3f} -> {a[metric].mean:.3f} ({diff:+.3f}, {size})"
+
+    lines = outcome_fell(b, a)
+    lines.append("; ".join(change(m, label) for m, label in (("exact_match", "Exact match"), ("turn_reward", "turn "
+                                                                 "reward (the search turn)")) if m in b and m in a) + ".")
+    if "exact_match" in b and a["exact_match"].mean <= b["exact_match"].mean:
+        lines.append("Training did not raise the exact match within this budget: see the README's demo section for "
+                     "what the default does over seeds.")
+    return "\n\n".join(lines)
 
 
 def write_report(run_dir: Path, settings: DemoSettings, before: dict, after: dict, timings: dict) -> Path:
     rows = []
-    for name in before["summary"]:
-        if name in after["summary"]:
+    for name in [*KEY_METRICS, *(m for m in before["summary"] if m not in KEY_METRICS)]:
+        if name in before["summary"] and name in after["summary"]:
             b, a = before["summary"][name], after["summary"][name]
             rows.append(f"| {name} | {b.mean:.3f} ± {b.stderr:.3f} | {a.mean:.3f} ± {a.stderr:.3f} | "
                         f"{a.mean - b.mean:+.3f} |")
     table = "\n".join(["| metric | before | after | change |", "|---|---|---|---|", *rows])
     timing = "\n".join(f"| {k} | {v:.1f} |" for k, v in timings.items())
-    text = f"""# rlvr demo: MT-GRPO on {settings.env} with {settings.model}
+    text = f"""# rlvr demo: {ALGO_NAMES.get(settings.algo, settings.algo)} on {settings.env} with {settings.model}
 
 {verdict(before, after)}
 
 Evaluation on the same {settings.eval_examples} held-out questions, {settings.eval_rollouts} sampled rollouts each
-(temperature {settings.temperature}), before and after {settings.steps} MT-GRPO steps of {settings.batch_size}
+(temperature {settings.temperature}), before and after {settings.steps} {ALGO_NAMES.get(settings.algo, settings.algo)} steps of {settings.batch_size}
 rollouts ({settings.batch_size // settings.rollouts_per_example} prompts x {settings.rollouts_per_example}).
 Turn 1 is the search turn; its reward is 0.2 for a search that runs plus 0.5 when the result holds the answer.
+Turn 2 must answer: `answered` is the share of rollouts that end with an `<answer>`; one that does not (e.g. searches
+again) scores 0 on every outcome term.
 
 ![demo](demo.png)
 
@@ -142,7 +160,8 @@ Turn 1 is the search turn; its reward is 0.2 for a search that runs plus 0.5 whe
 
 Settings: `{json.dumps(asdict(settings))}`
 
-Training run (metrics.jsonl, rollouts.jsonl, checkpoints): `train/`. Evaluations in vf-eval's layout:
+Training run (metrics.jsonl, rollouts.jsonl, token_credit.jsonl, checkpoints): `train/`; `rlvr view {run_dir}/train`
+shows every turn's credit. Both evaluations' numbers: `summary.json`. Evaluations in vf-eval's layout:
 `eval_before/`, `eval_after/`. `rlvr analyze {run_dir}` redraws the plots.
 """
     return atomic_write_text(run_dir / "report.md", text)
@@ -171,7 +190,7 @@ def run_demo(settings: DemoSettings, run_dir: Path) -> Path:
         timings["evaluation before"] = time.perf_counter() - mark
 
         mark = time.perf_counter()
-        console.rule(f"[bold]MT-GRPO training: {settings.steps} steps")
+        console.rule(f"[bold]{ALGO_NAMES.get(settings.algo, settings.algo)} training: {settings.steps} steps")
         run_training(env, settings.model, demo_config(settings, run_dir / "train"), server_url=server.url)
         timings["training"] = time.perf_counter() - mark
 
@@ -182,4 +201,7 @@ def run_demo(settings: DemoSettings, run_dir: Path) -> Path:
         timings["evaluation after"] = time.perf_counter() - mark
     timings["total"] = time.perf_counter() - start
     _plot(run_dir / "train" / "metrics.jsonl", before, after, run_dir / "demo.png", settings.algo)
+    atomic_write_json(run_dir / "summary.json", {
+        "before": {k: asdict(v) for k, v in before["summary"].items()},
+        "after": {k: asdict(v) for k, v in after["summary"].items()}, "timings": timings})
     return write_report(run_dir, settings, before, after, timings)

@@ -69,3 +69,35 @@ def test_analyze_cut_off_metrics_file(tmp_path):
     assert result.exit_code == 2, result
     assert result.says(f"{tmp_path / 'run' / 'metrics.jsonl'}:5 is not valid JSON"), result
     assert result.says("was the file cut off mid-write?"), result
+
+
+def write_evaluation(eval_dir, exact_match: float, reward: float, turn_reward: float):
+    """An evaluation in our layout (results.jsonl, metadata.json, summary.json) with these held-out means."""
+    eval_dir.mkdir(parents=True)
+    (eval_dir / "metadata.json").write_text(json.dumps({"env_id": "vf-triviaqa-search", "model": "smollm2-135m"}))
+    (eval_dir / "results.jsonl").write_text(json.dumps({"example_id": 0, "reward": reward, "turn_rewards": []}) + "\n")
+    summary = {"exact_match": {"mean": exact_match, "stderr": 0.045 if exact_match else 0.0, "n": 48},
+               "reward": {"mean": reward, "stderr": 0.05, "n": 48},
+               "turn_reward": {"mean": turn_reward, "stderr": 0.04, "n": 48}}
+    (eval_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def test_analyze_leads_with_a_fall_of_the_held_out_outcome(tmp_path):
+    """Issue 44's demo run: the turn reward rose, exact match and the outcome reward fell; the fall comes first."""
+    write_evaluation(tmp_path / "demo" / "eval_before", exact_match=0.104, reward=0.479, turn_reward=0.262)
+    write_evaluation(tmp_path / "demo" / "eval_after", exact_match=0.0, reward=0.375, turn_reward=0.452)
+    ok("analyze", tmp_path)
+    text = (tmp_path / "analysis.md").read_text()
+    first, second = text.split("\n\n")[1:3]
+    assert first == ("**Warning: training lowered the held-out exact match (the task's outcome) (demo/eval_after "
+                     "against demo/eval_before)** from 0.104 to 0.000 (-0.104, 2.3 standard errors of the "
+                     "difference).")
+    assert second.startswith("**Warning: training lowered the held-out outcome reward") and "(-0.104, 1.5 " in second
+    assert text.index("Warning") < text.index("## Evaluations")
+
+
+def test_analyze_does_not_warn_when_the_outcome_rose(tmp_path):
+    write_evaluation(tmp_path / "eval_before", exact_match=0.104, reward=0.479, turn_reward=0.262)
+    write_evaluation(tmp_path / "eval_after", exact_match=0.312, reward=0.867, turn_reward=0.661)
+    ok("analyze", tmp_path)
+    assert "Warning" not in (tmp_path / "analysis.md").read_text()

@@ -284,3 +284,17 @@ def test_first_step_reaching():
     assert first_step_reaching({1: 0.2}, 0.9) is None and first_step_reaching({}, 0.0) is None
     with pytest.raises(StudyError, match=r"target outcome = 'high'"):
         ReportSettings(target={"outcome": "high"}).check()
+
+
+def test_a_cell_whose_held_out_outcome_fell_is_warned_about_first(tmp_path):
+    """grpo seed 0 ends at exact match 0.0 against its base model's 0.05 (reward 0.40 against 0.45): the report says
+    so right under its title, for that cell only (issue 44)."""
+    report = write_report(make_study(tmp_path)).read_text()
+    warnings = [line for line in report.splitlines() if line.startswith("**Warning")]
+    assert warnings == [
+        "**Warning: training lowered the held-out exact match (the task's outcome) in grpo/seed-0** from 0.050 to "
+        "0.000 (-0.050, 1.6 standard errors of the difference).",
+        "**Warning: training lowered the held-out outcome reward in grpo/seed-0** from 0.450 to 0.400 (-0.050, 1.6 "
+        "standard errors of the difference).",
+    ]
+    assert report.index(warnings[-1]) < report.index("Every cell:")

@@ -237,11 +237,12 @@ def demo(
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default runs/demo-TIME)."),
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model to train."),
     eval_examples: int = typer.Option(None, "--eval-examples", help="Held-out questions per evaluation."),
+    seed: int = typer.Option(0, "--seed", help="Training and sampling seed (benchmarks/demo_seeds.py runs 0-4)."),
 ) -> None:
     """The main job: evaluate SmolLM2-135M, train it with MT-GRPO, evaluate again; writes report.md and a plot."""
     from rlvr.demo import DemoSettings, run_demo
 
-    settings = DemoSettings(model=model)
+    settings = DemoSettings(model=model, seed=seed)
     if steps is not None:
         settings.steps = steps
     if eval_examples is not None:

@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from rlvr.analysis import markdown_table, read_jsonl  # noqa: E402
+from rlvr.analysis import markdown_table, outcome_fell, read_jsonl  # noqa: E402
 from rlvr.evaluation import Stat  # noqa: E402
 from rlvr.io import atomic_write_json, atomic_write_text  # noqa: E402
 from rlvr.rollouts import is_rollout_statistic  # noqa: E402
@@ -252,6 +252,10 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
     lines = [f"# Credit-assignment study: {', '.join(s['algos'])} on {s['env']} with {s['model']}", ""]
     lines.append(f"{len(data.cells)} of {len(grid)} cells finished ({len(algos)} algorithms x seeds "
                  f"{', '.join(map(str, s['seeds']))})." + (f" Missing: {', '.join(missing)}." if missing else ""))
+    # before everything else: a cell whose held-out outcome fell below its seed's base model (issue 44)
+    for cell in sorted(data.cells, key=lambda c: (algos.index(c.algo), c.seed)):
+        if cell.seed in data.bases:
+            lines += ["", *outcome_fell(data.bases[cell.seed], cell.after, f" in {cell.algo}/seed-{cell.seed}")]
     if data.failures:
         lines += ["", f"**{len(data.failures)} cell(s) failed** in their last attempt (the study went on; the same "
                   "command retries them; the traceback is in each cell's failed.json):", ""]
