@@ -29,7 +29,7 @@ SAMPLING = {"temperature": 1.0, "max_tokens": 8}
 def v1_server(tiny_model):
     from rlvr.serve import launch
 
-    with launch(model="tiny-random", extra_args=[*SERVE_FLAGS, "--dtype", "float32"]) as server:
+    with launch(model="tiny-random", extra_args=[*SERVE_FLAGS, "--dtype", "float32"], timeout=900) as server:
         yield server
 
 

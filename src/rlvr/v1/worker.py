@@ -32,6 +32,9 @@ PROTOCOL = sys.stdout
 sys.stdout = sys.stderr  # a print anywhere in verifiers or an environment must not corrupt the protocol
 
 LOCAL_RUNTIMES = ("subprocess",)
+NEEDS_NETWORK = ("the harness installs its program with `uv sync --script` in every new process (verifiers' null "
+                 "and bash harnesses do), which needs uv and the package index at run time: give the taskset an "
+                 "in-process harness (docs/v1.md, 'Writing a v1 environment for rlvr')")
 
 
 class WorkerError(Exception):
@@ -139,6 +142,8 @@ async def run_episode(env, task, ctx, timeout: float) -> tuple[list[dict], str |
     if not episode.ok:
         errors = [*episode.errors, *(err for t in episode.traces for err in t.errors)]
         error = one_line("; ".join(f"{err.type}: {err.message}" for err in errors) or "the episode did not finish")
+        if "failed to prepare uv script" in error:
+            error = one_line(f"{NEEDS_NETWORK} ({error[:300]})")
     return [t.to_record(float_decimals=None) for t in episode.traces], error
 
 
