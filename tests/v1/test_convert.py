@@ -152,3 +152,13 @@ def test_evaluation_states_read_back_as_the_same_rollouts():
         back = from_state(generate_state(rollout))
         assert dataclasses.replace(back, error=rollout.error) == rollout
         assert (back.error is None) == (rollout.error is None)
+
+
+def test_anchor_states_for_gigpo():
+    rollout = to_rollout(tool_trace(info={"turn_rewards": [1.0, 0.0], "state_keys": ["start", "after_tool"]}), **WHERE)
+    assert rollout.state_keys == ["start", "after_tool"]
+    other = to_rollout(tool_trace(info={"turn_rewards": [0.0, 0.0], "state_keys": ["start", "elsewhere"]},
+                                  rewards={"correct": {"score": 0.0}}), **WHERE)
+    credited = assign_advantages([rollout, other], "gigpo", {})
+    assert credited[0].advantages[0] > credited[1].advantages[0]
+    assert not to_rollout(tool_trace(), **WHERE).state_keys

@@ -13,7 +13,8 @@ Rewards: the outcome is the trace's weighted rewards, sum of score x weight (ver
 rewards, where the environment gives them, come from `trace.info["turn_rewards"]`: a list with one value per
 sampled node in node order, or a mapping from node index to value (the trace.info convention proposed for
 per-turn rewards in prime-rl PR #3282), or from a `reward` field on the sampled nodes themselves (per-node
-rewards, verifiers PR #1554's proposal). Without any, the turns have reward None (outcome-only credit).
+rewards, verifiers PR #1554's proposal). Without any, the turns have reward None (outcome-only credit). Anchor
+states (GiGPO) come the same way from `trace.info["state_keys"]`.
 """
 
 from __future__ import annotations
@@ -82,6 +83,20 @@ def turn_rewards(trace: Mapping[str, Any], sampled: Sequence[int]) -> dict[int, 
     return {i: rewards.get(i, 0.0) for i in sampled}
 
 
+def state_keys(trace: Mapping[str, Any], sampled: Sequence[int]) -> dict[int, Any]:
+    """Node index -> the anchor state the turn acted on (GiGPO's), from `trace.info["state_keys"]` (one per sampled
+    node in node order, or a mapping from node index); empty when the trace gives none."""
+    given = (trace.get("info") or {}).get("state_keys")
+    if given is None:
+        return {}
+    if isinstance(given, Mapping):
+        return {int(k): v for k, v in given.items()}
+    if len(given) != len(sampled):
+        raise V1TraceError(f"trace.info['state_keys'] has {len(given)} values for {len(sampled)} sampled message "
+                           "nodes: give one per sampled node, in node order")
+    return dict(zip(sampled, given, strict=True))
+
+
 def outcome(trace: Mapping[str, Any]) -> float:
     return math.fsum(float(r["score"]) * float(r.get("weight", 1.0))
                      for r in (trace.get("rewards") or {}).values() if r is not None)
@@ -108,6 +123,7 @@ def to_rollout(trace: Mapping[str, Any], *, example_id: int, task: str, prompt: 
     nodes = trace.get("nodes") or []
     sampled = [i for i, n in enumerate(nodes) if n.get("sampled")]
     rewards = turn_rewards(trace, sampled)
+    keys = state_keys(trace, sampled)
     turns, seen = [], set()
     paths = branches(nodes)
     for path in paths:
@@ -122,7 +138,7 @@ def to_rollout(trace: Mapping[str, Any], *, example_id: int, task: str, prompt: 
                     reward=None if rewards is None else rewards[i],
                     reward_parts={} if rewards is None else {"turn_reward": rewards[i]},
                     tool_result=bool(after and (after.get("message") or {}).get("role") == "tool"),
-                    state_key=None,
+                    state_key=keys.get(i),
                     tokens=TurnTokens(tuple(prefix + scaffold), tokens.completion_ids, tokens.completion_logprobs,
                                       tokens.completion_mask),
                 ))
