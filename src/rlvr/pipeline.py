@@ -28,6 +28,15 @@ command exits 0: the command, its start, end, wall time and peak memory); it is 
 run again with the same command, which resumes from what it left. `pipeline.json` in the pipeline directory keeps
 the config and every invocation with its vars; vars that would change the command of a finished stage are refused
 (its result was made by the old command), vars that change only stages still to run are taken.
+
+Starting weights checked against committed ones: a stage with `weights = "PATH"` (relative to its result directory,
+e.g. an SFT study's "cells/sft/seed-0/train/final") records their fingerprint (rlvr.study.weights: sha256 over the
+tensors, and per tensor) in its pipeline_stage.json. With `results = "benchmarks/results/NAME"` at the top of the
+config (where `--export` copies the records to be committed), a rebuilt stage's fingerprint is compared with the
+committed record of the same stage: a mismatch is named (how many tensors differ, the largest first) and the
+pipeline stops before any later stage starts from those weights, unless `--accept-weights STAGE` is given (then the
+mismatch is recorded in the stage's record and printed). A committed record without a fingerprint is no check: said
+so, not silently passed.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,8 +69,8 @@ MAX_RESULT_BYTES = 2_000_000
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RESERVED = ("out", "here", "match", "name")  # placeholders the runner fills in itself
-STAGE_KEYS = {"name", "out", "command", "foreach", "description"}
-TOP_KEYS = {"description", "vars", "stages"}
+STAGE_KEYS = {"name", "out", "command", "foreach", "description", "weights"}
+TOP_KEYS = {"description", "vars", "stages", "results"}
 
 
 class PipelineError(ValueError):
@@ -74,6 +84,7 @@ class Stage:
     command: str
     foreach: str | None = None
     description: str = ""
+    weights: str | None = None  # a checkpoint in the stage's result directory: fingerprinted, checked if committed
 
 
 @dataclass
@@ -82,6 +93,7 @@ class Pipeline:
     stages: list[Stage]
     vars: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    results: str | None = None  # the committed export of this pipeline's records (--export), for weights checks
 
     def stage(self, name: str) -> Stage:
         for stage in self.stages:
@@ -114,7 +126,8 @@ def read_pipeline(path: Path, overrides: dict[str, str] | None = None) -> Pipeli
         stages.append(Stage(**table))
     if not stages:
         raise PipelineError(f"{path} has no [[stages]]")
-    pipeline = Pipeline(path=path, stages=stages, vars=variables, description=data.get("description", ""))
+    pipeline = Pipeline(path=path, stages=stages, vars=variables, description=data.get("description", ""),
+                        results=data.get("results"))
     check_pipeline(pipeline)
     return pipeline
 
@@ -146,6 +159,9 @@ def check_pipeline(pipeline: Pipeline) -> None:
             raise PipelineError(f"{label}: out = {stage.out!r} must be a path inside the pipeline directory that no "
                                 f"other stage uses" + (f" ({outs[stage.out]} does)" if stage.out in outs else ""))
         outs[stage.out] = stage.name
+        if stage.weights is not None and (Path(stage.weights).is_absolute() or ".." in Path(stage.weights).parts):
+            raise PipelineError(f"{label}: weights = {stage.weights!r} must be a path inside the stage's result "
+                                "directory, e.g. \"cells/sft/seed-0/train/final\"")
         earlier = {n for n, s in seen.items() if s.foreach is None}
         own = {"match", "name"} if stage.foreach else set()
         if stage.foreach and "{name}" not in stage.out:
@@ -196,6 +212,7 @@ class Unit:
     here: Path
     argv: tuple[str, ...]
     item: str | None = None
+    weights: Path | None = None  # the checkpoint the stage makes (Stage.weights)
 
     @property
     def label(self) -> str:
@@ -242,7 +259,7 @@ class Plan:
             values = {**self.values, **({"match": match, "name": name} if match else {})}
             here = self.out / substitute(stage.out, values)
             argv = [substitute(arg, {**values, "here": str(here)}) for arg in shlex.split(stage.command)]
-            units.append(Unit(stage.name, here, tuple(argv), name))
+            units.append(Unit(stage.name, here, tuple(argv), name, here / stage.weights if stage.weights else None))
         return units
 
 
@@ -308,9 +325,65 @@ def run_unit(unit: Unit, log: Path, echo=print) -> dict[str, Any]:
     record = {"stage": unit.stage, "item": unit.item, "command": unit.command, "started": started,
               "finished": _now(), "wall_s": round(wall, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
               "log": str(log)}
+    if unit.weights is not None:
+        record["weights"] = weights_fingerprint(unit)
     atomic_write_json(unit.marker, record)
     echo(f"stage {unit.label} done in {wall / 60:.1f} min (peak memory {record['peak_rss_mb']:.0f} MB): {unit.here}")
     return record
+
+
+def weights_fingerprint(unit: Unit) -> dict[str, Any]:
+    from rlvr.study.weights import WeightsError, fingerprint
+
+    try:
+        return fingerprint(unit.weights)
+    except WeightsError as err:
+        raise PipelineError(f"stage {unit.label}: weights = {unit.weights}: {err}; the stage's command must leave its "
+                            "checkpoint there (fix the stage's `weights` path)") from err
+
+
+def committed_marker(plan: Plan, unit: Unit) -> Path | None:
+    """The committed record of the same unit: `results`/<its path in the pipeline directory>/pipeline_stage.json."""
+    if plan.pipeline.results is None:
+        return None
+    results = Path(substitute(plan.pipeline.results, plan.values))
+    return results / unit.here.relative_to(plan.out) / MARKER
+
+
+def check_weights(plan: Plan, unit: Unit, accept: Collection[str], echo=print) -> None:
+    """A finished unit's weights against the committed fingerprint: the verdict goes into its record; a mismatch
+    raises PipelineError unless its stage is in `accept`."""
+    from rlvr.study.weights import describe, differences
+
+    record = json.loads(unit.marker.read_text())
+    if "weights" not in record:  # finished before fingerprints were recorded: the weights are still there
+        record["weights"] = weights_fingerprint(unit)
+    committed = committed_marker(plan, unit)
+    stored = json.loads(committed.read_text()) if committed is not None and committed.is_file() else {}
+    if "weights" not in stored:
+        verdict = (f"not checked: no committed fingerprint ({committed or 'the config sets no results directory'}); "
+                   f"sha256 {record['weights']['sha256'][:16]}, kept in {unit.marker} (--export it to commit it)")
+    else:
+        found = differences(stored["weights"], record["weights"])
+        verdict = (f"match the committed ones ({committed}, sha256 {stored['weights']['sha256'][:16]})" if not found
+                   else f"DIFFER from the committed ones ({committed}): "
+                        + describe(found, len(stored["weights"]["tensors"])))
+        if stored.get("command") != unit.command:
+            verdict += f" (the committed record was made by another command: {stored.get('command')})"
+        if found and unit.stage not in accept:
+            record["weights_check"] = verdict
+            atomic_write_json(unit.marker, record)
+            raise PipelineError(
+                f"stage {unit.label}: its weights {unit.weights} {verdict}.\n  Later stages start from them, so the "
+                "pipeline stops here. If the difference is expected (another CPU, thread count or library version; "
+                "where both checkpoints exist, `python -m rlvr.study.weights A B` gives max |a - b| per tensor), "
+                f"run the same command with --accept-weights {unit.stage}: the mismatch is then recorded and the "
+                "pipeline goes on. Otherwise rebuild the stage where the committed one was made.")
+        if found:
+            verdict += f"; accepted (--accept-weights {unit.stage})"
+    record["weights_check"] = verdict
+    atomic_write_json(unit.marker, record)
+    echo(f"stage {unit.label}: weights {verdict}")
 
 
 def check_finished(plan: Plan) -> None:
@@ -344,12 +417,17 @@ def open_manifest(plan: Plan, command: str | None) -> dict[str, Any]:
 
 
 def run_pipeline(pipeline: Pipeline, out: Path, *, until: str | None = None, command: str | None = None,
-                 echo=print) -> list[dict[str, Any]]:
-    """Run every unfinished stage in order (up to and including `until`); returns the records of the units run."""
+                 echo=print, accept_weights: Collection[str] = ()) -> list[dict[str, Any]]:
+    """Run every unfinished stage in order (up to and including `until`); returns the records of the units run.
+    A stage with `weights` is checked against its committed fingerprint once finished (`check_weights`): a mismatch
+    stops the pipeline unless the stage is in `accept_weights`."""
     plan = Plan(pipeline, out)
     stages = pipeline.stages
     if until is not None:
         stages = stages[: stages.index(pipeline.stage(until)) + 1]
+    for name in accept_weights:
+        if pipeline.stage(name).weights is None:
+            raise PipelineError(f"--accept-weights {name}: stage {name} has no `weights` to check")
     check_finished(plan)
     manifest = open_manifest(plan, command)
     ran = []
@@ -361,9 +439,12 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, until: str | None = None, com
         for unit in units:
             if unit.marker.is_file():
                 echo(f"stage {unit.label}: done, skipped ({unit.marker})")
-                continue
-            echo(f"stage {unit.label}: {unit.command}")
-            ran.append(run_unit(unit, plan.out / "logs" / f"{unit.label.replace('[', '-').rstrip(']')}.log", echo))
+            else:
+                echo(f"stage {unit.label}: {unit.command}")
+                ran.append(run_unit(unit, plan.out / "logs" / f"{unit.label.replace('[', '-').rstrip(']')}.log",
+                                    echo))
+            if unit.weights is not None:  # before any later stage starts from them
+                check_weights(plan, unit, accept_weights, echo)
     manifest["invocations"][-1]["finished"] = _now()
     atomic_write_json(plan.out / MANIFEST, manifest)
     return ran

@@ -19,6 +19,9 @@ def pipeline(
     overrides: list[str] = typer.Option([], "--set", "-s", help="A var of the config, NAME=VALUE (e.g. "
                                         "--set model=tiny-random); refused where it would change a finished stage's command."),
     until: str | None = typer.Option(None, "--until", help="Stop after this stage."),
+    accept_weights: list[str] = typer.Option(
+        [], "--accept-weights", help="STAGE: go on although the stage's rebuilt weights differ from the committed "
+        "fingerprint (the mismatch is recorded); without it the pipeline stops there."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show each stage's state and command; run nothing."),
     export: Path | None = typer.Option(None, "--export", help="Copy the finished stages' reports and statistics "
                                        "(no weights, datasets or rollouts) to this directory, e.g. under "
@@ -51,7 +54,8 @@ def pipeline(
                 table.add_row(*map(Text, row))  # commands hold brackets: no markup
             console.print(table)
             return
-        run_pipeline(spec, out, until=until, command=shlex.join(["rlvr", *sys.argv[1:]]), echo=lambda line: console.print(line, markup=False))
+        run_pipeline(spec, out, until=until, command=shlex.join(["rlvr", *sys.argv[1:]]),
+                     echo=lambda line: console.print(line, markup=False), accept_weights=accept_weights)
     except PipelineError as err:
         raise fail(str(err)) from err
 

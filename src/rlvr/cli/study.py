@@ -74,7 +74,7 @@ def check_training_keys(data: dict[str, Any], where: str) -> None:
 def resolve_settings(config: Path | None, env: str | None, model: str | None, algos: str | None,
                      seeds: str | None, steps: int | None, overrides: list[str], env_args: str,
                      eval_examples: int | None, eval_rollouts: int | None, baseline: str | None,
-                     offline_datasets: list[str] = ()):
+                     offline_datasets: list[str] = (), results: Path | None = None):
     """The study's settings: the TOML file, then the command-line options on top; checked before anything runs."""
     from rlvr.study.settings import StudyError, StudySettings, read_settings_file
 
@@ -103,6 +103,8 @@ def resolve_settings(config: Path | None, env: str | None, model: str | None, al
             data["evaluation"][key] = value
     if baseline is not None:
         data["report"]["baseline"] = baseline
+    if results is not None:
+        data["results"] = str(results)
     for item in offline_datasets:
         algo, sep, directory = item.partition("=")
         if not sep or not directory:
@@ -114,13 +116,17 @@ def resolve_settings(config: Path | None, env: str | None, model: str | None, al
         raise fail(str(err)) from err
 
 
-def cell_state(layout, algo: str, seed: int) -> str:
+def cell_state(settings, layout, algo: str, seed: int) -> str:
     from transformers.trainer_utils import get_last_checkpoint
+
+    from rlvr.study.records import recorded
 
     unit = layout.cell(algo, seed)
     train = layout.train(unit)
     if layout.done(unit).is_file():
         return "[green]done[/green]"
+    if recorded(settings, layout, unit):
+        return "[green]done (committed record)[/green]"
     if (train / "final" / "model.safetensors").is_file():
         return "trained; evaluation to do"
     checkpoint = get_last_checkpoint(str(train)) if train.is_dir() else None
@@ -129,9 +135,12 @@ def cell_state(layout, algo: str, seed: int) -> str:
 
 def show_plan(settings, out: Path) -> None:
     from rlvr.study.layout import StudyLayout
+    from rlvr.study.records import read_records
+    from rlvr.study.runner import is_done
 
     layout = StudyLayout(out)
-    console.print(f"[bold]study[/bold] {out}: {settings.env} with {settings.model}")
+    console.print(f"[bold]study[/bold] {out}: {settings.env} with {settings.model}"
+                  + (f"; committed records in {settings.results}" if settings.results else ""))
     console.print("budget per cell: " + ", ".join(f"{k}={v}" for k, v in settings.budget().items()))
     console.print(f"held-out evaluation: {settings.evaluation.examples} examples x {settings.evaluation.rollouts} "
                   f"rollouts, sampling {settings.sampling()}; baseline {settings.report.baseline}")
@@ -139,19 +148,21 @@ def show_plan(settings, out: Path) -> None:
     for column in ("seed", "base model", *settings.algos):
         table.add_column(column)
     for seed in settings.seeds:
-        base = "[green]done[/green]" if layout.done(layout.base(seed)).is_file() else "to do"
-        table.add_row(str(seed), base, *(cell_state(layout, a, seed) for a in settings.algos))
+        base = "[green]done[/green]" if is_done(settings, layout, layout.base(seed)) else "to do"
+        table.add_row(str(seed), base, *(cell_state(settings, layout, a, seed) for a in settings.algos))
     console.print(table)
-    reruns = sum(not layout.done(layout.cell(a, s, r)).is_file() for r in range(1, settings.replicates)
+    reruns = sum(not is_done(settings, layout, layout.cell(a, s, r)) for r in range(1, settings.replicates)
                  for a in settings.algos for s in settings.seeds)
     if settings.replicates > 1:
         console.print(f"replicates: {settings.replicates} runs of every cell with its own seed ({reruns} same-seed "
                       "re-runs to do, after the cells)")
     walls = [json.loads(p.read_text())["wall_s"]["total"] for p in out.glob("cells/*/seed-*/done.json")]
-    todo = reruns + sum(not layout.done(layout.cell(a, s)).is_file() for a in settings.algos for s in settings.seeds)
+    if settings.results and Path(settings.results).is_dir():  # the committed cells' too (they ran elsewhere)
+        walls += [c.wall_s["total"] for c in read_records(Path(settings.results))[1] if "total" in c.wall_s]
+    todo = reruns + sum(not is_done(settings, layout, layout.cell(a, s)) for a in settings.algos for s in settings.seeds)
     if walls and todo:
         mean = sum(walls) / len(walls)
-        console.print(f"{todo} cells to run; at the {mean / 60:.1f} min per cell measured here so far: "
+        console.print(f"{todo} cells to run; at the {mean / 60:.1f} min per cell measured so far: "
                       f"about {todo * mean / 60:.0f} min (plus server start-up and base evaluations)")
 
 
@@ -173,17 +184,25 @@ def study(
     offline_datasets: list[str] = typer.Option(
         [], "--offline-dataset", help="ALGO=DIR: the trajectories (`rlvr collect`) an offline algorithm (sft, oreo) "
         "trains on."),
+    results: Path | None = typer.Option(
+        None, "--results", help="Directory of committed records (e.g. benchmarks/results/NAME): each finished unit "
+        "writes its record there, and a unit with one is done (a fresh clone runs only the others)."),
+    cells: str | None = typer.Option(
+        None, "--cells", help="Run only these units, comma-separated: base/seed-S, ALGO/seed-S (one machine's "
+        "share of a study whose records are merged later)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and each cell's state; run nothing."),
 ) -> None:
     """Compare algorithms over seeds under one budget: train every (algorithm, seed) cell, evaluate before and
     after on one held-out set, write report.md (paired differences, curves, collapse, wall time)."""
-    from rlvr.study.runner import check_study
+    from rlvr.study.runner import check_selection, check_study
     from rlvr.study.settings import StudyError
 
     settings = resolve_settings(config, env, model, algos, seeds, steps, overrides, env_args, eval_examples,
-                                eval_rollouts, baseline, offline_datasets)
+                                eval_rollouts, baseline, offline_datasets, results)
+    only = (_split(cells, "cells") or None) if cells else None  # "" (a pipeline var left empty): every unit
     try:
         check_study(settings, out)
+        check_selection(settings, only)
     except StudyError as err:
         raise fail(str(err)) from err
     show_plan(settings, out)
@@ -194,7 +213,7 @@ def study(
     from rlvr.trainer import ResumeError, ServerError
 
     try:
-        report = run_study(settings, out, command=shlex.join(["rlvr", *sys.argv[1:]]))
+        report = run_study(settings, out, command=shlex.join(["rlvr", *sys.argv[1:]]), only=only)
     except (StudyError, ServerError, ResumeError, ServeLaunchError) as err:
         raise fail(f"{err}\n  finished cells are kept: the same command resumes the study") from err
     console.print(Markdown(report.read_text()))

@@ -23,10 +23,12 @@ from pathlib import Path
 MANIFEST = "study.json"
 DONE = "done.json"
 FAILED = "failed.json"
+RESULTS_MANIFEST = "results.json"  # a study's committed records (rlvr.study.records), reported like a study
 
 
 def is_study(directory: Path) -> bool:
-    return (Path(directory) / MANIFEST).is_file()
+    """A study directory, or a results directory of committed records."""
+    return any((Path(directory) / name).is_file() for name in (MANIFEST, RESULTS_MANIFEST))
 
 
 @dataclass(frozen=True)

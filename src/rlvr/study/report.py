@@ -64,6 +64,25 @@ class CellRecord:
     replicate: int = 0  # 0: the cell; K >= 1: its K-th same-seed re-run
     sets: dict[str, dict[str, Stat]] = field(default_factory=dict)  # [evaluation.sets] name -> its evaluation
     examples: dict[str, ExampleMeans] = field(default_factory=dict)  # evaluation (MAIN or a set) -> per example
+    provenance: dict[str, Any] = field(default_factory=dict)  # commit, machine, peak memory, ... (records.PROVENANCE)
+
+
+@dataclass(frozen=True)
+class BaseRecord:
+    """What the report needs of one base evaluation (the starting model, once per seed)."""
+
+    seed: int
+    after: dict[str, Stat]
+    sets: dict[str, dict[str, Stat]]
+    examples: dict[str, ExampleMeans]
+    wall_s: dict[str, float]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def provenance_of(done: dict[str, Any]) -> dict[str, Any]:
+    from rlvr.study.records import PROVENANCE
+
+    return {k: done[k] for k in PROVENANCE if k in done}
 
 
 def read_summary(eval_dir: Path) -> dict[str, Stat]:
@@ -102,7 +121,16 @@ def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, set
         tokens_generated=sum(float(r.get("tokens/generated", 0.0)) for r in steps),
         wall_s=done["wall_s"], resumed_from=done.get("resumed_from"), replicate=replicate,
         sets=read_sets(layout, unit, sets), examples=read_examples(layout, unit, sets, metrics),
+        provenance=provenance_of(done),
     )
+
+
+def read_base(layout: StudyLayout, seed: int, sets=(), metrics=()) -> BaseRecord:
+    unit = layout.base(seed)
+    done = json.loads(layout.done(unit).read_text())
+    return BaseRecord(seed=seed, after=read_summary(layout.eval(unit)), sets=read_sets(layout, unit, sets),
+                      examples=read_examples(layout, unit, sets, metrics), wall_s=done["wall_s"],
+                      provenance=provenance_of(done))
 
 
 @dataclass
@@ -119,6 +147,7 @@ class StudyData:
     base_sets: dict[str, dict[int, dict[str, Stat]]] = field(default_factory=dict)  # set -> seed -> base evaluation
     base_examples: dict[int, dict[str, ExampleMeans]] = field(default_factory=dict)  # seed -> evaluation -> ...
     failures: list[dict[str, Any]] = field(default_factory=list)  # failed.json of the cells whose last attempt failed
+    base_records: list[BaseRecord] = field(default_factory=list)  # the base evaluations (provenance table)
 
     @property
     def algos(self) -> list[str]:
@@ -184,28 +213,45 @@ class StudyData:
 
 
 def load_study(root: Path) -> StudyData:
+    """A study directory, with the records of its results directory (`results`), or a results directory alone: the
+    units of the study directory, then every recorded unit it lacks (finished elsewhere, e.g. on another machine)."""
+    from rlvr.study import records
+
     layout = StudyLayout(Path(root))
-    manifest = json.loads(layout.manifest.read_text())
+    if records.is_results(layout.root) and not layout.manifest.is_file():
+        manifest = {**json.loads((layout.root / records.RESULTS_MANIFEST).read_text()), "invocations": []}
+        results: Path | None = layout.root
+    else:
+        manifest = json.loads(layout.manifest.read_text())
+        results = Path(manifest["settings"]["results"]) if manifest["settings"].get("results") else None
     settings = manifest["settings"]
     sets = list(settings["evaluation"].get("sets", {}))
     report = ReportSettings(**settings["report"])
-    bases, base_wall, base_sets, base_examples = {}, {}, {}, {}
-    for seed in layout.finished_bases():
-        unit = layout.base(seed)
-        bases[seed] = read_summary(layout.eval(unit))
-        for name, summary in read_sets(layout, unit, sets).items():
+    bases = {seed: read_base(layout, seed, sets, report.headline) for seed in layout.finished_bases()}
+    cells = [read_cell(layout, a, s, sets=sets, metrics=report.headline) for a, s in layout.finished_cells()]
+    replicates = [read_cell(layout, a, s, k) for a, s, k in layout.finished_replicates()]
+    commands = [i["command"] for i in manifest["invocations"] if i.get("command")]
+    if results is not None and results.is_dir():
+        recorded_bases, recorded_cells, recorded_replicates = records.read_records(results)
+        bases = {**recorded_bases, **bases}
+        here = {(c.algo, c.seed, c.replicate) for c in [*cells, *replicates]}
+        cells += [c for c in recorded_cells if (c.algo, c.seed, 0) not in here]
+        replicates += [r for r in recorded_replicates if (r.algo, r.seed, r.replicate) not in here]
+        commands = list(dict.fromkeys([*records.record_commands(results), *commands]))
+    base_sets: dict[str, dict[int, dict[str, Stat]]] = {}
+    for seed, base in bases.items():
+        for name, summary in base.sets.items():
             base_sets.setdefault(name, {})[seed] = summary
-        base_examples[seed] = read_examples(layout, unit, sets, report.headline)
-        base_wall[seed] = sum(json.loads(layout.done(unit).read_text())["wall_s"].values())
     return StudyData(
-        settings=settings, report=report, sampling=manifest.get("evaluation_sampling", {}),
-        commands=[i["command"] for i in manifest["invocations"] if i.get("command")],
+        settings=settings, report=report, sampling=manifest.get("evaluation_sampling", {}), commands=commands,
         dataset_commands=manifest.get("offline_sources", {}),
-        bases=bases, base_wall_s=base_wall,
-        cells=[read_cell(layout, a, s, sets=sets, metrics=report.headline) for a, s in layout.finished_cells()],
-        replicates=[read_cell(layout, a, s, k) for a, s, k in layout.finished_replicates()],
-        base_sets=base_sets, base_examples=base_examples,
+        bases={s: b.after for s, b in sorted(bases.items())},
+        base_wall_s={s: sum(b.wall_s.values()) for s, b in sorted(bases.items())},
+        cells=sorted(cells, key=lambda c: (c.algo, c.seed)),
+        replicates=sorted(replicates, key=lambda c: (c.algo, c.seed, c.replicate)),
+        base_sets=base_sets, base_examples={s: b.examples for s, b in bases.items()},
         failures=[json.loads(layout.failed(unit).read_text()) for unit in layout.failed_units()],
+        base_records=[bases[s] for s in sorted(bases)],
     )
 
 
@@ -343,6 +389,7 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
     total = sum(c.wall_s.get("total", 0.0) for c in data.cells) + sum(data.base_wall_s.values())
     lines += ["", f"Base evaluations: {', '.join(f'seed {k}: {_minutes(v)} min' for k, v in data.base_wall_s.items())}"
               f". Sum over finished units: {_minutes(total)} min (server start-up not included)."]
+    lines += ["", *render_provenance(data)]
     lines += ["", *render_rerun_spread(data, headline)]
     lines += ["", "**Collapse.** A cell's training collapsed when, in each of its last "
               f"{rep.collapse_window} steps, every rollout of the step's batch got the same outcome reward "
@@ -351,6 +398,71 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
               "constant': every held-out rollout after training got the same reward."]
     lines += ["", "## Plots", "", *(f"![{p.stem}]({p.relative_to(root)})" for p in plots), ""]
     return "\n".join(lines)
+
+
+def fmt_machine(machine: dict[str, Any] | None) -> str:
+    return f"{machine['cpu']}, {machine['cores']} cores" if machine else "n/a"
+
+
+def remaining(data: StudyData) -> tuple[list[str], float]:
+    """The grid's units without a result (base evaluations, cells, same-seed re-runs) and their estimated wall time
+    in seconds: per cell its algorithm's mean measured total (the mean over every measured cell where the algorithm
+    has none), per base evaluation the mean measured one."""
+    s = data.settings
+    runs = [*data.cells, *data.replicates]
+    done = {(c.algo, c.seed, c.replicate) for c in runs}
+    todo = [(a, seed, r) for r in range(s.get("replicates", 1)) for seed in s["seeds"] for a in s["algos"]
+            if (a, seed, r) not in done]
+    walls = [c.wall_s["total"] for c in runs if "total" in c.wall_s]
+    overall = statistics.mean(walls) if walls else math.nan
+    per_algo = {a: statistics.mean(w) for a in s["algos"]
+                if (w := [c.wall_s["total"] for c in runs if c.algo == a and "total" in c.wall_s])}
+    bases = [seed for seed in s["seeds"] if seed not in data.bases]
+    base_mean = statistics.mean(data.base_wall_s.values()) if data.base_wall_s else math.nan
+    estimate = sum(per_algo.get(a, overall) for a, _, _ in todo) + len(bases) * base_mean
+    names = [f"base/seed-{seed}" for seed in bases] + [f"{a}/seed-{seed}" + (f"/replicate-{r}" if r else "")
+                                                       for a, seed, r in todo]
+    return names, estimate
+
+
+def render_provenance(data: StudyData) -> list[str]:
+    """Which commit and machine made each unit, in how long and with how much memory; what is left, and its cost
+    estimated from the measured units."""
+    rows = []
+    units = [(f"base/seed-{b.seed}", b.provenance, sum(b.wall_s.values())) for b in data.base_records]
+    units += [(f"{c.algo}/seed-{c.seed}" + (f"/replicate-{c.replicate}" if c.replicate else ""), c.provenance,
+               c.wall_s.get("total", math.nan)) for c in [*data.cells, *data.replicates]]
+    for key, made, wall in units:
+        commit = (made.get("commit") or "n/a")[:10] + (" (modified)" if made.get("code_modified") else "")
+        peak = made.get("peak_rss_mb")
+        rows.append([key, commit, fmt_machine(made.get("machine")), _minutes(wall),
+                     "n/a" if peak is None else f"{peak / 1024:.1f}", made.get("finished", "n/a"),
+                     (made.get("model_sha256") or "n/a")[:12]])
+    lines = ["## Provenance and cost", "",
+             "Each unit with the git commit (and whether the study code had uncommitted changes), the machine, the "
+             "wall time (minutes; a resumed cell's covers its last attempt), the study process's peak resident "
+             "memory in GB (the trainer; the rollout server is a process of its own) and the sha256 of the starting "
+             "weights (recorded with a results directory). Units finished elsewhere come from their committed "
+             "records.", "",
+             markdown_table(["unit", "commit", "machine", "wall min", "peak GB", "finished", "starting weights"],
+                            rows)]
+    starts = {made["model_sha256"] for _, made, _ in units if made.get("model_sha256")}
+    if len(starts) > 1:
+        shown = ", ".join(sorted(h[:12] for h in starts))
+        lines += ["", f"**The units started from {len(starts)} different weights** ({shown}): their differences "
+                  "include that."]
+    machines = {json.dumps(made["machine"], sort_keys=True) for _, made, _ in units if made.get("machine")}
+    if len(machines) > 1:
+        lines += ["", f"The units ran on {len(machines)} machines: wall times compare within a machine only."]
+    names, estimate = remaining(data)
+    if names:
+        shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+        cost = "n/a (nothing measured yet)" if math.isnan(estimate) else f"about {estimate / 3600:.1f} h"
+        lines += ["", f"**Left: {len(names)} unit(s)** ({shown}); {cost} at the measured means above (a cell: its "
+                  "algorithm's mean total, or the mean over all cells; server start-ups not included)."]
+    else:
+        lines += ["", "Nothing is left: every unit of the grid has a result."]
+    return lines
 
 
 def render_targets(data: StudyData) -> list[str]:
@@ -500,6 +612,10 @@ def summary_record(data: StudyData) -> dict[str, Any]:
             for evaluation, means in c.examples.items()} for c in data.cells if c.examples},
         "failed": data.failures,
         "baseline": data.report.baseline,
+        "provenance": {**{f"base/seed-{b.seed}": b.provenance for b in data.base_records},
+                       **{f"{c.algo}/seed-{c.seed}" + (f"/replicate-{c.replicate}" if c.replicate else ""): c.provenance
+                          for c in [*data.cells, *data.replicates]}},
+        "left": dict(zip(("units", "estimated_s"), remaining(data), strict=True)),
     }
 
 

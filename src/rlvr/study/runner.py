@@ -12,7 +12,8 @@ Order of work, with one server on the base weights at start:
    same command lands (what seeding leaves nondeterministic).
 Training rollouts and the held-out evaluations are sampled with per-request seeds derived from the cell's seed
 (`rlvr.seeding`; the base model's evaluation of seed S uses seed S too, so its draws are the cells' draws).
-Finished units (with done.json) are skipped; an interrupted cell resumes its training from its newest checkpoint.
+Finished units (with done.json, or a committed record in the study's `results` directory: rlvr.study.records) are
+skipped; an interrupted cell resumes its training from its newest checkpoint.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import shutil
 import subprocess
 import time
 import traceback
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from rich.console import Console
 
 from rlvr import evaluation
 from rlvr.io import atomic_write_json
+from rlvr.study import records
 from rlvr.study.layout import StudyLayout
 from rlvr.study.settings import StudyError, StudySettings, is_offline, merge_grids
 
@@ -63,7 +66,7 @@ def versions(env: str) -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
     return {"packages": found, "python": platform.python_version(), "platform": platform.platform(),
-            "cpus": os.cpu_count(), "git_commit": commit, "study_code_modified": dirty}
+            "cpus": os.cpu_count(), "machine": records.machine(), "git_commit": commit, "study_code_modified": dirty}
 
 
 def offline_sources(settings: StudySettings) -> dict[str, str]:
@@ -118,6 +121,14 @@ class Manifest:
         if self.data.get("failed", {}).pop(key, None) is not None:
             self.save()
 
+    def provenance(self) -> dict[str, Any]:
+        """This invocation's part of a unit's provenance (records.PROVENANCE): commit, machine, command, weights."""
+        invocation = self.data["invocations"][-1]
+        found = invocation["versions"]
+        return {"commit": found["git_commit"], "code_modified": found["study_code_modified"],
+                "machine": found["machine"], "command": invocation["command"],
+                "model_sha256": invocation.get("model_sha256")}
+
     def finish(self) -> None:
         self.data["invocations"][-1]["finished"] = _now()
         self.save()
@@ -153,6 +164,8 @@ def check_study(settings: StudySettings, out: Path) -> None:
 
     layout = StudyLayout(Path(out))
     check_configs(settings, layout)
+    if settings.results:
+        records.check_records(settings, Path(settings.results))
     if layout.manifest.is_file():
         merge_grids(StudySettings.from_dict(json.loads(layout.manifest.read_text())["settings"]), settings,
                     finished_algos(layout))
@@ -218,11 +231,23 @@ def evaluate_unit(envs: dict, server, settings: StudySettings, layout: StudyLayo
     return wall
 
 
+def peak_rss_mb() -> float:
+    """The study process's peak memory so far: units run one after another in it, so growth shows here."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def finish_unit(settings: StudySettings, layout: StudyLayout, unit: Path, done: dict[str, Any]) -> None:
+    """done.json, then the unit's committed record when the study has a results directory."""
+    atomic_write_json(layout.done(unit), done)
+    if settings.results:
+        records.write_record(settings, layout, unit)
+
+
 def run_base(envs: dict, server, settings: StudySettings, layout: StudyLayout, seed: int, manifest: Manifest) -> None:
     unit = layout.base(seed)
     wall = evaluate_unit(envs, server, settings, layout, unit, f"base model, seed {seed}", seed)
-    done = {"seed": seed, "wall_s": wall, "finished": _now()}
-    atomic_write_json(layout.done(unit), done)
+    done = {"seed": seed, "wall_s": wall, **manifest.provenance(), "finished": _now(), "peak_rss_mb": peak_rss_mb()}
+    finish_unit(settings, layout, unit, done)
     manifest.record("bases", f"seed-{seed}", done)
 
 
@@ -269,10 +294,8 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
     wall |= evaluate_unit(envs, server, settings, layout, unit, f"{cell_key(algo, seed, replicate)}, trained", seed)
     wall["total"] = time.perf_counter() - start
     done = {"algo": algo, "seed": seed, "replicate": replicate, "wall_s": wall, "resumed_from": resumed_from,
-            "finished": _now(),
-            # the study process's peak memory so far: cells run one after another in it, so growth shows here
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    atomic_write_json(layout.done(unit), done)
+            **manifest.provenance(), "finished": _now(), "peak_rss_mb": peak_rss_mb()}
+    finish_unit(settings, layout, unit, done)
     manifest.record("cells", cell_key(algo, seed, replicate), done)
     if not settings.keep_checkpoints:
         for checkpoint in train_dir.glob("checkpoint-*"):
@@ -308,34 +331,75 @@ def record_failure(layout: StudyLayout, manifest: Manifest, settings: StudySetti
     return key
 
 
-def pending(settings: StudySettings, layout: StudyLayout) -> tuple[list[int], list[tuple[str, int, int]]]:
-    """(seeds without a base evaluation, (algo, seed, replicate) of the cells without a completion marker) of this
-    invocation's grid, in run order: replicate by replicate (every cell before any re-run), seed by seed."""
-    bases = [s for s in settings.seeds if not layout.done(layout.base(s)).is_file()]
+def is_done(settings: StudySettings, layout: StudyLayout, unit: Path) -> bool:
+    """Finished here (done.json) or elsewhere (a committed record in the results directory)."""
+    return layout.done(unit).is_file() or records.recorded(settings, layout, unit)
+
+
+def unit_keys(settings: StudySettings) -> list[str]:
+    """The keys `--cells` selects by: base/seed-S, ALGO/seed-S, ALGO/seed-S/replicate-K."""
+    return [f"base/seed-{s}" for s in settings.seeds] + [cell_key(a, s, r) for r in range(settings.replicates)
+                                                         for s in settings.seeds for a in settings.algos]
+
+
+def check_selection(settings: StudySettings, only: Collection[str] | None) -> None:
+    unknown = sorted(set(only or ()) - set(unit_keys(settings)))
+    if unknown:
+        raise StudyError(f"--cells {','.join(unknown)}: not units of this study's grid; its units are "
+                         f"{', '.join(unit_keys(settings))}")
+
+
+def pending(settings: StudySettings, layout: StudyLayout,
+            only: Collection[str] | None = None) -> tuple[list[int], list[tuple[str, int, int]]]:
+    """(seeds without a base evaluation, (algo, seed, replicate) of the cells not done) of this invocation's grid,
+    in run order: replicate by replicate (every cell before any re-run), seed by seed. `only`: the unit keys
+    (`unit_keys`) to run, e.g. one machine's share of a study; None: all."""
+    bases = [s for s in settings.seeds if not is_done(settings, layout, layout.base(s))
+             and (only is None or f"base/seed-{s}" in only)]
     cells = [(a, s, r) for r in range(settings.replicates) for s in settings.seeds for a in settings.algos
-             if not layout.done(layout.cell(a, s, r)).is_file()]
+             if not is_done(settings, layout, layout.cell(a, s, r)) and (only is None or cell_key(a, s, r) in only)]
     return bases, cells
 
 
+def model_sha256(model: str) -> str | None:
+    """The sha256 of the starting weights (rlvr.study.weights), recorded with every unit; None for a model that is
+    no local safetensors checkpoint (a hub id)."""
+    from rlvr import models
+    from rlvr.study.weights import WeightsError, fingerprint
+
+    try:
+        return fingerprint(Path(models.resolve(model)))["sha256"]
+    except WeightsError:
+        return None
+
+
 def run_study(settings: StudySettings, out: Path, *, command: str | None = None, env=None,
-              server_timeout: float = 900) -> Path:
+              server_timeout: float = 900, only: Collection[str] | None = None) -> Path:
     """Run the study's missing units into `out` and write its report; returns report.md. A cell that raises is
     recorded (failed.json) and the others run; the report lists it, then StudyError names the failed cells.
 
     env: a loaded verifiers environment to use instead of loading `settings.env` (tests, notebooks).
     command: the command line to record in the manifest (the CLI passes its own).
+    only: the unit keys to run (`unit_keys`: base/seed-S, ALGO/seed-S, ...); None: every unit not done.
     """
     from rlvr.study.report import write_report
     from rlvr.trainer.rollout_client import ServerError
 
     layout = StudyLayout(Path(out))
     check_study(settings, layout.root)
-    bases, cells = pending(settings, layout)
+    check_selection(settings, only)
+    bases, cells = pending(settings, layout, only)
     failed: list[str] = []
     check_offline_datasets(settings, [algo for algo, _, _ in cells])
     if bases or cells:
         check_model(settings.model)
     manifest = Manifest.open(layout, settings, command)
+    if settings.results:
+        if bases or cells:
+            manifest.data["invocations"][-1]["model_sha256"] = model_sha256(settings.model)
+            manifest.save()
+        records.write_manifest(settings, Path(settings.results))
+        records.export_missing(StudySettings.from_dict(manifest.data["settings"]), layout)
     if bases or cells:
         from rlvr.serve import launch
 
@@ -365,6 +429,8 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
                     manifest.forget_failure(cell_key(algo, seed, replicate))
     manifest.finish()
     report = write_report(layout.root)
+    if settings.results:
+        write_report(Path(settings.results))
     if failed:
         raise StudyError(f"{len(failed)} of {len(cells)} cell(s) failed: {', '.join(failed)}. Each error is in the "
                          f"cell's failed.json and in {report}; the other cells ran. The same command retries them.")

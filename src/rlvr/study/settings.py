@@ -12,6 +12,8 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
     server_dtype = "float32"             # the weights' dtype in the rollout server (the trainer's: fp32 on CPU)
     server_args = ["--kv-cache-gb", "1"] # passed to `rlvr serve` (operational: may change between invocations)
     keep_checkpoints = false             # delete a finished cell's checkpoint-N/ (final/ stays)
+    results = "benchmarks/results/NAME"  # committed records of finished units: a fresh clone runs only the others
+                                         # (rlvr.study.records; operational: not part of the budget)
     [env_args]                           # load_environment arguments, the same for every cell
     [training]                           # configuration fields shared by every cell: the budget
     [algo_options.mt_grpo]               # fields for one algorithm only, e.g. its [algo_options.mt_grpo.credit]
@@ -145,6 +147,7 @@ class StudySettings:
     server_args: list[str] = field(default_factory=list)
     keep_checkpoints: bool = False
     replicates: int = 1  # same-seed runs of every cell: the first is the cell, the others measure re-run spread
+    results: str | None = None  # directory of committed per-unit records (rlvr.study.records)
 
     def __post_init__(self):
         from rlvr.trainer.recipes import ALGORITHMS, algorithm
@@ -255,7 +258,7 @@ class StudySettings:
         (adding algorithms or seeds keeps the budget; changing the budget would mix incomparable cells)."""
         data = self.to_dict()
         for key in ("algos", "seeds", "report", "algo_options", "offline_datasets", "variants", "keep_checkpoints",
-                    "server_args", "replicates"):
+                    "server_args", "replicates", "results"):
             data.pop(key)
         data["evaluation"].pop("max_concurrent", None)
         return data

@@ -1,0 +1,136 @@
+"""Committed records (rlvr.study.records) on study directories written by hand (tests/study/test_report.py's
+make_study: known numbers, no training): records of two machines merged give the report of one study, a record of
+another configuration is named, recorded units are not pending, what is left is estimated from the measured cells."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_report import make_study, write_cell
+
+from rlvr.study import records, runner
+from rlvr.study.layout import StudyLayout
+from rlvr.study.report import write_report
+from rlvr.study.settings import StudyError, StudySettings
+
+MACHINE_A = {"cpu": "Some CPU @ 3.0GHz", "cores": 2, "memory_gb": 24.0}
+MACHINE_B = {"cpu": "Other CPU @ 2.0GHz", "cores": 8, "memory_gb": 32.0}
+
+
+def settings_of(root: Path, results: Path, **changes) -> StudySettings:
+    stored = json.loads(StudyLayout(root).manifest.read_text())["settings"]
+    return StudySettings.from_dict({**stored, "results": str(results), **changes})
+
+
+def export(root: Path, results: Path, units: list[str], **changes) -> StudySettings:
+    """The records of `units` of the study directory `root` into `results`, as the study writes them."""
+    settings = settings_of(root, results, **changes)
+    layout = StudyLayout(root)
+    records.write_manifest(settings, results)
+    for key in units:
+        records.write_record(settings, layout, root / key)
+    return settings
+
+
+def set_machine(root: Path, keys: list[str], machine: dict) -> None:
+    for key in keys:
+        done = root / key / "done.json"
+        done.write_text(json.dumps({**json.loads(done.read_text()), "machine": machine, "commit": "b" * 40,
+                                    "peak_rss_mb": 2048.0}))
+
+
+def without_provenance(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k not in ("provenance", "settings")}
+
+
+def test_records_of_two_machines_merged_give_the_report_of_one_study(tmp_path):
+    study = make_study(tmp_path / "study")
+    whole = json.loads(write_report(study).with_name("summary.json").read_text())
+    bases = [f"base/seed-{s}" for s in (0, 1, 2)]
+    grpo, mt_grpo = ([f"cells/{a}/seed-{s}" for s in (0, 1, 2)] for a in ("grpo", "mt_grpo"))
+    set_machine(study, grpo, MACHINE_A)
+    set_machine(study, mt_grpo, MACHINE_B)
+    # machine A ran the base evaluations and grpo, machine B mt_grpo: disjoint record files, merged as git would
+    export(study, tmp_path / "a", bases + grpo)
+    export(study, tmp_path / "b", mt_grpo)
+    merged = tmp_path / "merged"
+    shutil.copytree(tmp_path / "a", merged)
+    shutil.copytree(tmp_path / "b", merged, dirs_exist_ok=True)
+    assert sorted(p.relative_to(merged).as_posix() for p in records.record_files(merged)) == sorted(
+        f"{k}.json" for k in bases + grpo + mt_grpo)
+
+    report = write_report(merged).read_text()  # a results directory alone, as `rlvr analyze DIR` reads it
+    again = json.loads((merged / "summary.json").read_text())
+    assert without_provenance(again) == without_provenance(whole)
+    assert "6 of 6 cells finished" in report
+    table = report.split("## Provenance and cost")[1]
+    assert "| mt_grpo/seed-1 | bbbbbbbbbb | Other CPU @ 2.0GHz, 8 cores | 7.5 | 2.0 |" in table
+    assert "| base/seed-0 | n/a | n/a | 1.0 |" in table
+    assert "The units ran on 2 machines" in table and "Nothing is left" in table
+    assert again["provenance"]["mt_grpo/seed-2"]["machine"] == MACHINE_B
+
+    # the study directory of machine A, with the merged records: the same numbers, its own units first
+    manifest = json.loads(StudyLayout(study).manifest.read_text())
+    manifest["settings"]["results"] = str(merged)
+    StudyLayout(study).manifest.write_text(json.dumps(manifest))
+    for key in mt_grpo:
+        shutil.rmtree(study / key)
+    write_report(study)
+    assert without_provenance(json.loads((study / "summary.json").read_text())) == without_provenance(whole)
+
+
+def test_a_record_of_another_configuration_is_named_not_mixed(tmp_path):
+    study = make_study(tmp_path / "study", seeds=(0,))
+    results = tmp_path / "results"
+    settings = export(study, results, ["base/seed-0", "cells/grpo/seed-0", "cells/mt_grpo/seed-0"])
+    records.check_records(settings, results)  # the same configuration: accepted
+
+    changed = settings_of(study, results, algo_options={"mt_grpo": {"credit": {"coef": 0.7}}})
+    with pytest.raises(StudyError, match=r"1 committed record\(s\) in .* another configuration") as err:
+        records.check_records(changed, results)
+    assert "cells/mt_grpo/seed-0.json:\n      training.credit.coef: 0.5 -> 0.7" in str(err.value)
+    assert "another --results directory" in str(err.value)
+
+    budget = settings_of(study, results, training={**settings.training, "max_steps": 5})
+    with pytest.raises(StudyError, match=r"3 committed record\(s\)") as err:
+        records.check_records(budget, results)
+    assert str(err.value).count("study.training.max_steps: 4 -> 5") == 3
+
+    # an algorithm this command does not run: only its budget is compared (its options are its record's own)
+    records.check_records(settings_of(study, results, algos=["grpo"], algo_options={}), results)
+    # a record that cannot be read says which and what to do
+    (results / "cells/grpo/seed-0.json").write_text("{")
+    with pytest.raises(StudyError, match=r"record .*grpo/seed-0.json cannot be read .*restore it from git"):
+        records.check_records(settings, results)
+
+
+def test_recorded_units_are_done_and_a_selection_runs_only_its_units(tmp_path):
+    study = make_study(tmp_path / "study", seeds=(0, 1))
+    results = tmp_path / "results"
+    settings = export(study, results, ["base/seed-0", "cells/grpo/seed-0", "cells/mt_grpo/seed-1"])
+    fresh = StudyLayout(tmp_path / "fresh-clone")  # no study directory: only the committed records
+    assert runner.pending(settings, fresh) == ([1], [("mt_grpo", 0, 0), ("grpo", 1, 0)])
+    assert runner.pending(settings, fresh, only={"grpo/seed-1", "base/seed-0"}) == ([], [("grpo", 1, 0)])
+    with pytest.raises(StudyError, match=r"--cells grpo/seed-7: not units of this study's grid; its units are "
+                                         r"base/seed-0, base/seed-1, grpo/seed-0, mt_grpo/seed-0, grpo/seed-1"):
+        runner.check_selection(settings, {"grpo/seed-7"})
+
+
+def test_what_is_left_is_estimated_from_the_measured_cells(tmp_path):
+    study = make_study(tmp_path / "study", seeds=(0, 1))
+    layout = StudyLayout(study)
+    shutil.rmtree(layout.cell("mt_grpo", 1))
+    shutil.rmtree(layout.base(1))
+    write_cell(layout, "grpo", 1, 0.5, replicate=1)  # measured too: grpo's mean stays 450 s
+    manifest = json.loads(layout.manifest.read_text())
+    manifest["settings"]["seeds"] = [0, 1, 2]
+    layout.manifest.write_text(json.dumps(manifest))
+    report = write_report(study).read_text()
+    # left: base 1 and 2 (60 s each), grpo/seed-2 (450 s), mt_grpo/seed-1 and /seed-2 (450 s each): 1,470 s
+    assert ("**Left: 5 unit(s)** (base/seed-1, base/seed-2, mt_grpo/seed-1, grpo/seed-2, mt_grpo/seed-2); about "
+            "0.4 h") in report
+    left = json.loads((study / "summary.json").read_text())["left"]
+    assert left["estimated_s"] == pytest.approx(1470.0)
