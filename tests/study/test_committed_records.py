@@ -22,6 +22,7 @@ ONE_STEP = STUDY_TOML.replace("seeds = [0, 1]", "seeds = [0]").replace("max_step
     "keep_checkpoints = true\n", "")
 
 
+@pytest.mark.timeout(1800)  # two server starts and three units: ~15 min on 2 cores shared with 5 other sessions
 def test_a_fresh_clone_runs_only_the_cells_without_a_committed_record(tiny_model, tmp_path):
     config = tmp_path / "study.toml"
     config.write_text(ONE_STEP)
