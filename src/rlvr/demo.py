@@ -42,8 +42,8 @@ class DemoSettings:
         "protocol": "search", "num_train_examples": 256, "num_eval_examples": 24, "max_turns": 2,
     })
     algo: str = "mt_grpo"
-    # Measured with 8 steps (turn reward 0.26 -> 0.66, tool execution 0.58 -> 1.0, EM 0.06 -> 0.31; the turn reward
-    # saturates by step 4): 6 steps keep `make demo` within 20 minutes on 2 cores.
+    # 6 steps keep `make demo` within 20 minutes on 2 cores (629 s on an idle machine, issue 44); what they do to
+    # exact match over seeds: benchmarks/demo_seeds.py, docs/demo.md.
     steps: int = 6
     batch_size: int = 16  # rollouts per step
     rollouts_per_example: int = 8  # group size
