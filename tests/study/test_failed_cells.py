@@ -2,12 +2,13 @@
 cells run, the study then names the failed cells, and the same command retries them. A server that went away ends
 the study at once (every later cell would meet it).
 
-What a cell does is stood in here (`run_cell`, and `launch` for the server it would train against): these tests
+What a cell does is stood in here (`run_cell`, and `keep_serving` for the server it would train against): these tests
 are about the study's control flow around a cell, and the real cells run in tests/study/test_study_run.py."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import sys
 from contextlib import contextmanager
@@ -56,13 +57,14 @@ def stand_ins(monkeypatch):
         manifest.record("cells", runner.cell_key(algo, seed), done)
 
     @contextmanager
-    def launch(**kwargs):
+    def keep_serving(model, **kwargs):
         yield SimpleNamespace(url="http://stand-in", base_url="http://stand-in/v1", model="tiny-random")
 
     monkeypatch.setattr(runner, "run_base", run_base)
     monkeypatch.setattr(runner, "run_cell", run_cell)
     monkeypatch.setattr(runner, "check_model", lambda model: None)
-    monkeypatch.setattr("rlvr.serve.launch", launch)
+    # the module (the package's attribute of that name is the function `launch`)
+    monkeypatch.setattr(importlib.import_module("rlvr.serve.launch"), "keep_serving", keep_serving)
     return ran, failing
 
 

@@ -6,11 +6,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
 from rlvr import config_files, evaluation
+
+if TYPE_CHECKING:
+    from rlvr.serve.launch import KeptServer
 
 console = Console()
 
@@ -33,8 +37,9 @@ def parse_env_args(text: str) -> dict:
 
 
 @contextmanager
-def endpoint(model: str | None, url: str | None) -> Iterator[tuple[str, str]]:
-    """(base_url, served model name): attach to ``url``, or serve ``model`` with `rlvr serve` for the duration."""
+def endpoint(model: str | None, url: str | None) -> Iterator[tuple[str, str, KeptServer | None]]:
+    """(base_url, served model name, the server when started here): attach to ``url``, or serve ``model`` with
+    `rlvr serve` for the duration (restarted if it dies: `rlvr.evaluation.run_rollouts(server=...)`)."""
     if (model is None) == (url is None):
         raise fail("give exactly one of --model (start a server here) or --endpoint URL (use a running one)")
     if url is not None:
@@ -44,18 +49,18 @@ def endpoint(model: str | None, url: str | None) -> Iterator[tuple[str, str]]:
             evaluation.check_endpoint(base_url)
         except ConnectionError as err:
             raise fail(str(err)) from err
-        yield base_url, served_model_name(base_url)
+        yield base_url, served_model_name(base_url), None
         return
     from rlvr import models
-    from rlvr.serve import launch
+    from rlvr.serve.launch import keep_serving
 
     try:
         models.resolve(model)
     except models.ModelError as err:
         raise fail(str(err)) from err
     console.print(f"starting rlvr serve for {model} (about a minute on CPU)...")
-    with launch(model=model) as server:
-        yield server.base_url, server.model
+    with keep_serving(model) as server:
+        yield server.base_url, server.model, server
 
 
 def served_model_name(base_url: str) -> str:

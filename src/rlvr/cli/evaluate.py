@@ -57,7 +57,7 @@ def evaluate(
     """Evaluate a model on an environment: a metrics table and results in vf-eval's layout."""
     args = parse_env_args(env_args)
     vf_env = load_env_or_exit(env, args)
-    with endpoint(model, url) as (base_url, served):
+    with endpoint(model, url) as (base_url, served, server):
         client = None
         if search is not None:
             from rlvr.offline.search import SearchError, search_client
@@ -70,9 +70,9 @@ def evaluate(
             results = evaluation.run_rollouts(
                 vf_env, base_url=base_url, model=served, num_examples=num_examples,
                 rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
-                client=client, sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent,
+                client=client, sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent, server=server,
             )
-        except ConnectionError as err:
+        except (ConnectionError, evaluation.ServerLost) as err:
             raise fail(str(err)) from err
     results["metadata"]["env_id"], results["metadata"]["env_args"] = env, args
     if search is not None:
@@ -103,12 +103,15 @@ def predict(
     if split not in {"eval", "train"}:
         raise fail(f"--split must be 'eval' or 'train', got {split!r}")
     vf_env = load_env_or_exit(env, parse_env_args(env_args))
-    with endpoint(model, url) as (base_url, served):
-        results = evaluation.run_rollouts(
-            vf_env, base_url=base_url, model=served, num_examples=num_examples,
-            rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens), split=split,
-            sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent,
-        )
+    with endpoint(model, url) as (base_url, served, server):
+        try:
+            results = evaluation.run_rollouts(
+                vf_env, base_url=base_url, model=served, num_examples=num_examples,
+                rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
+                split=split, sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent, server=server,
+            )
+        except evaluation.ServerLost as err:
+            raise fail(str(err)) from err
     out = out or default_out_dir("predictions", env, served)
     evaluation.save_predictions(evaluation.prediction_records(results), out)
     console.print(f"{len(results['reward'])} rollouts -> {out}/predictions.jsonl and {out}/dataset")
@@ -137,18 +140,21 @@ def benchmark(
     env_list = [e.strip() for e in envs.split(",") if e.strip()]
     cells = []
     for model in [m.strip() for m in models.split(",") if m.strip()]:
-        with endpoint(model, None) as (base_url, served):
+        with endpoint(model, None) as (base_url, served, server):
             for env in env_list:
                 for retriever in retriever_list:
                     args = dict(base_args, **({"retriever": retriever} if retriever else {}))
                     vf_env = load_env_or_exit(env, args)
                     label = f"{env}" + (f"--{retriever}" if retriever else "")
                     console.rule(f"{model} x {label}")
-                    results = evaluation.run_rollouts(
-                        vf_env, base_url=base_url, model=served, num_examples=num_examples,
-                        rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
-                        sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent,
-                    )
+                    try:
+                        results = evaluation.run_rollouts(
+                            vf_env, base_url=base_url, model=served, num_examples=num_examples,
+                            rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
+                            sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent, server=server,
+                        )
+                    except evaluation.ServerLost as err:
+                        raise fail(f"{model} x {label}: {err}") from err
                     results["metadata"]["env_id"], results["metadata"]["env_args"] = env, args
                     evaluation.save_results(results, out / model.replace("/", "--") / label)
                     stat = evaluation.mean_stderr(results["reward"])

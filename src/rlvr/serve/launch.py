@@ -270,6 +270,17 @@ def server_problem(url: str, started: Server | None = None, health_timeout: floa
     return None if status == 200 else f"answers {url}/health with HTTP {status}"
 
 
+def relaunch(server: Server, problem: str, start: Callable[[], Server], restart: int, max_restarts: int) -> Server:
+    """Restart number `restart` of `max_restarts` of `server` after `problem`, logged with its log file: a hung server
+    (still running: it holds the port and its memory) is killed first; `start()` launches the new one (raising
+    ServeLaunchError when it does not come up)."""
+    logger.warning(f"the rollout server {server.url} {problem}: restarting it (restart {restart} of {max_restarts}; "
+                   f"its log: {server.log_file})")
+    if server.exit_code() is None:
+        server.kill()
+    return start()
+
+
 class KeptServer:
     """A server `launch`ed by this process that can be restarted on its port (`keep_serving`): `url`, `base_url`,
     `model` and `port` are the current server's, and stay the same across restarts.
@@ -297,12 +308,9 @@ class KeptServer:
         if self.restarts >= self.max_restarts:
             return False
         self.restarts += 1
-        logger.warning(f"the rollout server {self.url} {problem}: restarting it (restart {self.restarts} of "
-                       f"{self.max_restarts}; its log: {self.log_file})")
-        if self.server.exit_code() is None:  # hung, not dead: it still holds the port and its memory
-            self.server.kill()
         try:
-            self.server = self._start(self.server.port)
+            self.server = relaunch(self.server, problem, lambda: self._start(self.server.port), self.restarts,
+                                   self.max_restarts)
         except ServeLaunchError as err:
             logger.error(f"the rollout server did not come back: {str(err).splitlines()[0]}")
             self.restarts = self.max_restarts

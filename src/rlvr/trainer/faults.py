@@ -113,16 +113,12 @@ class ServerWatch:
         return self.waited_for(problem, cause)
 
     def restarted(self, problem: str, cause: BaseException) -> str:
-        from rlvr.serve.launch import ServeLaunchError
+        from rlvr.serve.launch import ServeLaunchError, relaunch
 
         while self.restart is not None and self.restarts < self.max_restarts:
             self.restarts += 1
-            logger.warning(f"the rollout server {self.url} {problem}: restarting it (restart {self.restarts} of "
-                           f"{self.max_restarts}; its log: {self.started.log_file})")
-            if self.started.exit_code() is None:  # hung, not dead: it still holds the port and its memory
-                self.started.kill()
             try:
-                self.started = self.restart()
+                self.started = relaunch(self.started, problem, self.restart, self.restarts, self.max_restarts)
             except ServeLaunchError as err:
                 problem = f"did not come back ({str(err).splitlines()[0]})"
                 continue
