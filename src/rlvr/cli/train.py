@@ -3,7 +3,8 @@
 The command resolves one `TrainPlan` (TOML file, then command-line options on top) before anything slow starts.
 Environment arguments carry environment settings only; the algorithm and its parameters live in the training
 options. With `--num-processes N` the plan is written to the run directory and each accelerate worker reads it back,
-so the workers train with exactly the resolved values.
+so the workers train with exactly the resolved values. Across machines (`--num-machines`, docs/multinode.md) every
+machine resolves its own plan and writes its own plan file; the ranks compare them (and their packages) at start.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import typer
 from rlvr.cli.common import EnvArgsOption, console, fail, load_env_or_exit, parse_env_args
 from rlvr.config_files import check_keys as check_table_keys
 from rlvr.config_files import did_you_mean, read_toml
+from rlvr.trainer.nodes import DEFAULT_PORT, NodeError, Nodes
 
 PLAN_FILE = "launch_plan.json"
+RANKS_FILE = "ranks.json"  # written by rank 0 of a --num-processes run: every rank's machine, host and packages
 LAUNCHED_ENV = "RLVR_LAUNCH_PLAN"  # set for accelerate workers: the plan file they train from
 TOML_KEYS = ("env", "model", "algo", "env_args", "training", "dataset")
 
@@ -174,6 +177,13 @@ def train(
     accelerate_config: Path | None = typer.Option(
         None, "--accelerate-config",
         help="accelerate config for --num-processes (default: DeepSpeed ZeRO-2 in bf16 on GPUs, CPU DDP otherwise)."),
+    num_machines: int = typer.Option(1, "--num-machines", help="Machines training together: run rlvr train on "
+                                     "each with the same options and its own --machine-rank (docs/multinode.md)."),
+    machine_rank: int = typer.Option(0, "--machine-rank", help="This machine's rank, 0 to --num-machines - 1; 0 "
+                                     "hosts the rendezvous and the rank that talks to the rollout server."),
+    main_process_ip: str | None = typer.Option(None, "--main-process-ip", help="Address of machine 0 as every "
+                                               "machine reaches it (with --num-machines > 1)."),
+    main_process_port: int = typer.Option(DEFAULT_PORT, "--main-process-port", help="Rendezvous port on machine 0."),
     list_algos: bool = typer.Option(False, "--list", help="List the algorithms and exit."),
 ) -> None:
     """Train a model on an environment (MT-GRPO and relatives); writes a run directory."""
@@ -183,38 +193,84 @@ def train(
         return
     launched = os.environ.get(LAUNCHED_ENV)
     if launched:  # an accelerate worker: the parent resolved the plan
-        run_plan(TrainPlan(**json.loads(Path(launched).read_text())))
+        run_launched(TrainPlan(**json.loads(Path(launched).read_text())))
         return
+    nodes = Nodes(num_machines, machine_rank, main_process_ip, main_process_port)
+    try:
+        nodes.check(num_processes, server=server, run_dir=None if run_dir is None else str(run_dir),
+                    offline=bool(dataset))
+    except NodeError as err:
+        raise fail(str(err)) from err
     plan = resolve_plan(config, env, model, algo, overrides, env_args, server, run_dir, resume, dataset)
-    if num_processes > 1:
+    if num_processes > 1 or nodes.several:
         if plan.dataset:
             raise fail("--num-processes with --dataset: the offline algorithms (sft, oreo) train in one process")
-        launch_distributed(plan, num_processes, accelerate_config)
+        # machines may start in different working directories: the ranks compare absolute paths
+        plan = dataclasses.replace(plan, run_dir=str(Path(plan.run_dir).resolve()))
+        launch_distributed(plan, num_processes, accelerate_config, nodes)
     else:
         run_plan(plan)
     console.print(f"run directory: {plan.run_dir}  (rlvr analyze {plan.run_dir})")
 
 
-def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: Path | None) -> None:
+def run_launched(plan: TrainPlan) -> None:
+    """One rank of a `--num-processes` run: agree with every other rank on the run (`rlvr.trainer.nodes.agree`),
+    train, and stop with one line when another machine's ranks are gone mid-run."""
+    from rlvr.io import atomic_write_json
+    from rlvr.trainer.checkpoint import newest_checkpoint
+    from rlvr.trainer.faults import resume_command
+    from rlvr.trainer.nodes import agree, lost_peers_message, peer_lost, rank_facts
+
+    # one message per machine: its first rank prints, the others stop quietly with the same status
+    speaks = os.environ.get("LOCAL_RANK", "0") == "0"
+    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    newest = newest_checkpoint(Path(plan.run_dir)) if plan.resume else None
+    facts = rank_facts(dataclasses.asdict(plan), num_machines=int(os.environ.get("GROUP_WORLD_SIZE", 1)),
+                       resume_from=newest.name if newest else None, plan_name=PLAN_FILE)
+    try:
+        every = agree(facts)
+    except NodeError as err:
+        raise (fail(str(err)) if speaks else typer.Exit(2)) from err
+    if os.environ.get("RANK") == "0":  # who trained: each rank's machine, host, packages and view of the server
+        atomic_write_json(Path(plan.run_dir) / RANKS_FILE, [
+            {**f["where"], "versions": f["agree"]["versions"], "server": f["server"]} for f in every])
+    try:
+        run_plan(plan)
+    except RuntimeError as err:
+        if not several or not peer_lost(err):
+            raise
+        message = lost_peers_message(err, plan.run_dir, resume_command(plan.run_dir))
+        raise (fail(message, code=1) if speaks else typer.Exit(1)) from err
+
+
+def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: Path | None,
+                       nodes: Nodes = Nodes()) -> None:
     """Run the plan in `num_processes` workers (`launch_command`); the rollout server is started once here, outside
-    the workers, and restarted here if it dies (`LauncherServer`)."""
+    the workers, and restarted here if it dies (`LauncherServer`). Across machines this runs on every machine, each
+    writing its own plan file; the server is the user's (`--server`, on its own host)."""
     from rlvr.io import atomic_write_json
     from rlvr.serve import launch
     from rlvr.trainer import ConfigError
     from rlvr.trainer.faults import LauncherServer
+    from rlvr.trainer.nodes import plan_file as machine_plan_file
+    from rlvr.trainer.nodes import wait_for_main
     from rlvr.trainer.run import accelerate_config as choose_config
     from rlvr.trainer.run import launch_command, serving_dtype
 
     bf16 = bool(plan.training.get("bf16", False))
     try:
-        config_file = choose_config(num_processes, accelerate_config, bf16=bf16)
+        config_file = choose_config(num_processes, accelerate_config, bf16=bf16, nodes=nodes)
     except ConfigError as err:
         raise fail(str(err)) from err
 
     def run(url: str, supervise=lambda: None) -> None:
-        plan_file = Path(plan.run_dir) / PLAN_FILE
+        plan_file = machine_plan_file(plan.run_dir, nodes.machine_rank, PLAN_FILE)
         atomic_write_json(plan_file, dataclasses.asdict(dataclasses.replace(plan, server=url)))
-        command, env = launch_command(config_file, num_processes, ["-m", "rlvr.cli", "train"])
+        try:
+            wait_for_main(nodes)
+        except NodeError as err:
+            raise fail(str(err)) from err
+        command, env = launch_command(config_file, num_processes, ["-m", "rlvr.cli", "train"], nodes)
         workers = subprocess.Popen(command, env={**os.environ, **env, LAUNCHED_ENV: str(plan_file.resolve())})
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C reached the ranks too: they stop with a checkpoint
             while workers.poll() is None:

@@ -5,7 +5,8 @@
               hf_overrides.py (every private transformers override), on_policy.py (the on-policy loop)
     recipes:  mt_grpo.py (MT-GRPO and relatives: group credit)
     entry:    recipes.py (the algorithms `rlvr train --algo` knows), run.py (`run_training`, the served dtype, the
-              accelerate config for `--num-processes`)
+              accelerate config for `--num-processes`), nodes.py (several machines: options, checks, the ranks'
+              agreement at start; docs/multinode.md)
 
 Names are imported on first use: verifiers' RL trainer pulls in deepspeed and liger, which the pure modules
 (loss, batching, metrics) and their tests do not need.

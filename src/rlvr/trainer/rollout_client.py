@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from openai import AsyncOpenAI
 
 from rlvr.rollouts import Rollout, from_state
 from rlvr.seeding import number_rollouts, seeded_rollouts
-from rlvr.serve.protocol import WEIGHT_VERSION_FIELD, WEIGHT_VERSION_PATH
+from rlvr.serve.protocol import ADMIN_HEADER, ADMIN_TOKEN_ENV, WEIGHT_VERSION_FIELD, WEIGHT_VERSION_PATH
 from rlvr.token_prompts import token_prompt_rollouts
 
 
@@ -154,6 +155,20 @@ class GeneratedBatch:
     scoring_s: float  # time the rubrics spent scoring (groups are scored as they finish, so it overlaps generation)
 
 
+def nccl_client(url: str, connection_timeout: float = 300.0):
+    """verifiers' `VLLMClient` for the NCCL weight sync (call its `init_communicator`). A server on another host
+    guards its weight-changing routes with an admin token (`rlvr serve --admin-token`, docs/multinode.md); verifiers'
+    client sends none, so its session carries the token from $RLVR_ADMIN_TOKEN, as rlvr's CPU client does."""
+    from verifiers.rl.inference.client import VLLMClient
+
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    client = VLLMClient(host=host, port=int(port), connection_timeout=connection_timeout)
+    token = os.environ.get(ADMIN_TOKEN_ENV)
+    if token:
+        client.session.headers[ADMIN_HEADER] = token
+    return client
+
+
 class RolloutClient:
     """One rollout server as the trainer sees it: checked at construction, then asked for rollouts and weights."""
 
@@ -183,10 +198,7 @@ class RolloutClient:
 
             self.cpu_sync = CPUWeightSyncClient(self.url)
         else:
-            from verifiers.rl.inference.client import VLLMClient
-
-            host, port = self.url.removeprefix("http://").rsplit(":", 1)
-            self.nccl = VLLMClient(host=host, port=int(port), connection_timeout=connection_timeout)
+            self.nccl = nccl_client(self.url, connection_timeout)
             self.nccl.init_communicator()
 
     def generate(self, env: vf.Environment, rows: Dataset, rollouts_per_example: int, *,

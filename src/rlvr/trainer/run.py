@@ -28,6 +28,7 @@ from rlvr.io import atomic_write_json
 from rlvr.trainer.checkpoint import check_resume, read_run_state
 from rlvr.trainer.config import ConfigError, OnPolicyConfig
 from rlvr.trainer.faults import ServerWatch, resume_command, train_preemptibly
+from rlvr.trainer.nodes import NodeError, Nodes
 from rlvr.trainer.recipes import trainer_class
 
 
@@ -42,10 +43,11 @@ def serving_dtype(bf16: bool, serve_args: Sequence[str] = ()) -> str | None:
 
 
 def accelerate_config(num_processes: int, config_file: str | Path | None = None, *, bf16: bool | None = None,
-                      cuda: bool | None = None) -> Path:
+                      cuda: bool | None = None, nodes: Nodes = Nodes()) -> Path:
     """The accelerate config for `rlvr train --num-processes N`: the user's file when given, else by device:
-    DeepSpeed ZeRO-2 in bf16 on GPUs (zero2.yaml), DDP over gloo on CPU (cpu_ddp.yaml). The file is checked
-    against the device and the training dtype (`bf16`, when known), with what to change.
+    DeepSpeed ZeRO-2 in bf16 on GPUs (zero2.yaml; zero2_multinode.yaml across machines), DDP over gloo on CPU
+    (cpu_ddp.yaml). The file is checked against the device, the training dtype (`bf16`, when known) and the machines
+    (`nodes`), with what to change.
 
     cuda: whether training runs on GPUs (default: torch.cuda.is_available()).
     """
@@ -57,8 +59,8 @@ def accelerate_config(num_processes: int, config_file: str | Path | None = None,
     if num_processes < 1:
         raise ConfigError(f"--num-processes {num_processes}: give at least 1")
     if config_file is None:
-        config_file = Path(str(resources.files("rlvr.trainer") / "accelerate" / ("zero2.yaml" if cuda else
-                                                                                   "cpu_ddp.yaml")))
+        name = ("zero2_multinode.yaml" if nodes.several else "zero2.yaml") if cuda else "cpu_ddp.yaml"
+        config_file = Path(str(resources.files("rlvr.trainer") / "accelerate" / name))
     path = Path(config_file)
     if not path.is_file():
         raise ConfigError(f"accelerate config {path} does not exist (examples: rlvr/trainer/accelerate/*.yaml)")
@@ -73,6 +75,10 @@ def accelerate_config(num_processes: int, config_file: str | Path | None = None,
     if not cuda and loaded.distributed_type in gpu_only:
         raise ConfigError(f"accelerate config {path} is a GPU config ({loaded.distributed_type}) and this machine "
                           "has no CUDA: use rlvr's cpu_ddp.yaml (the default here)")
+    try:
+        nodes.check_accelerate_config(loaded, path)
+    except NodeError as err:
+        raise ConfigError(str(err)) from err
     mixed = str(loaded.mixed_precision)
     if bf16 is not None and (mixed == "bf16") != bf16:
         raise ConfigError(f"accelerate config {path} sets mixed_precision: {mixed} but the training config has "
@@ -80,9 +86,12 @@ def accelerate_config(num_processes: int, config_file: str | Path | None = None,
     return path
 
 
-def launch_command(config_file: str | Path, num_processes: int, program: Sequence[str]) -> tuple[list[str], dict]:
-    """The command line that starts `num_processes` training processes running `program` (a script and its
-    arguments, or "-m", a module and its arguments) under `config_file`, and what it adds to the environment.
+def launch_command(config_file: str | Path, num_processes: int, program: Sequence[str],
+                   nodes: Nodes = Nodes()) -> tuple[list[str], dict]:
+    """The command line that starts this machine's share of `num_processes` training processes (all machines
+    together, as accelerate counts them) running `program` (a script and its arguments, or "-m", a module and its
+    arguments) under `config_file`, and what it adds to the environment. Across machines (`nodes`) it runs on every
+    machine and the rendezvous at the main process's address joins them.
 
     `accelerate launch` starts ranks with torchrun for GPU configs, but for a MULTI_CPU config without an mpirun
     hostfile it falls back to its simple launcher: one process, whatever num_processes says. There torchrun starts
@@ -93,10 +102,10 @@ def launch_command(config_file: str | Path, num_processes: int, program: Sequenc
 
     loaded = load_config_from_file(str(config_file))
     if num_processes > 1 and loaded.distributed_type == DistributedType.MULTI_CPU and not loaded.mpirun_config:
-        return ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                 str(num_processes), *program], {"ACCELERATE_USE_CPU": "true"})
+        return ([sys.executable, "-m", "torch.distributed.run", *nodes.torchrun_args(num_processes), *program],
+                {"ACCELERATE_USE_CPU": "true"})
     return ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
-             "--num_processes", str(num_processes), *program], {})
+             "--num_processes", str(num_processes), *nodes.accelerate_args(), *program], {})
 
 
 def run_training(
