@@ -208,13 +208,14 @@ def study(
     show_plan(settings, out)
     if dry_run:
         return
+    from rlvr.evaluation import ServerLost
     from rlvr.serve import ServeLaunchError
     from rlvr.study.runner import run_study
     from rlvr.trainer import ResumeError, ServerError
 
     try:
         report = run_study(settings, out, command=shlex.join(["rlvr", *sys.argv[1:]]), only=only)
-    except (StudyError, ServerError, ResumeError, ServeLaunchError) as err:
+    except (StudyError, ServerError, ServerLost, ResumeError, ServeLaunchError) as err:
         raise fail(f"{err}\n  finished cells are kept: the same command resumes the study") from err
     console.print(Markdown(report.read_text()))
     console.print(f"\n[bold green]report:[/bold green] {report}  (rlvr analyze {out} redraws it)")

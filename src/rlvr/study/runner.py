@@ -205,29 +205,34 @@ def check_eval_split(env, settings: StudySettings) -> None:
                          "it) or lower [evaluation] examples")
 
 
-def _evaluate(env, server, settings: StudySettings, out_dir: Path, label: str, seed: int) -> float:
+def _evaluate(env, server, settings: StudySettings, out_dir: Path, label: str, seed: int,
+              weights: Path | None) -> float:
+    from rlvr.serve import load_saved_weights
+
     console.print(f"[bold]evaluation[/bold] {label}: {settings.evaluation.examples} examples x "
                   f"{settings.evaluation.rollouts} rollouts")
     start = time.perf_counter()
     results = evaluation.run_rollouts(
         env, base_url=server.base_url, model=server.model, num_examples=settings.evaluation.examples,
         rollouts_per_example=settings.evaluation.rollouts, sampling_args=settings.sampling(), sampling_seed=seed,
-        max_concurrent=settings.evaluation.max_concurrent,
+        max_concurrent=settings.evaluation.max_concurrent, server=server,
+        # a server restarted mid-way holds the base weights: the trained ones are loaded again
+        after_restart=weights and (lambda url: load_saved_weights(url, weights)),
     )
     evaluation.save_results(results, out_dir)
     return time.perf_counter() - start
 
 
 def evaluate_unit(envs: dict, server, settings: StudySettings, layout: StudyLayout, unit: Path, label: str,
-                  seed: int) -> dict[str, float]:
-    """The served weights on the held-out set (eval/) and on every [evaluation.sets] set (eval-NAME/); returns the
-    wall time of each ("evaluation", "evaluation/NAME")."""
+                  seed: int, weights: Path | None = None) -> dict[str, float]:
+    """The served weights (the base model's, or those saved in `weights`) on the held-out set (eval/) and on every
+    [evaluation.sets] set (eval-NAME/); returns the wall time of each ("evaluation", "evaluation/NAME")."""
     wall = {}
     for name, env in envs.items():
         out = layout.eval(unit) if name is None else layout.eval_set(unit, name)
         where = "" if name is None else f" on {name}"
         wall["evaluation" if name is None else f"evaluation/{name}"] = _evaluate(env, server, settings, out,
-                                                                                  label + where, seed)
+                                                                                  label + where, seed, weights)
     return wall
 
 
@@ -291,7 +296,8 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
         gc.collect()  # the trainer, its model and optimizer: free them before the next cell loads its own
     wall["training"] = time.perf_counter() - start
     wall["final_sync"] = load_saved_weights(server.url, final)
-    wall |= evaluate_unit(envs, server, settings, layout, unit, f"{cell_key(algo, seed, replicate)}, trained", seed)
+    wall |= evaluate_unit(envs, server, settings, layout, unit, f"{cell_key(algo, seed, replicate)}, trained", seed,
+                          final)
     wall["total"] = time.perf_counter() - start
     done = {"algo": algo, "seed": seed, "replicate": replicate, "wall_s": wall, "resumed_from": resumed_from,
             **manifest.provenance(), "finished": _now(), "peak_rss_mb": peak_rss_mb()}
@@ -401,7 +407,7 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
         records.write_manifest(settings, Path(settings.results))
         records.export_missing(StudySettings.from_dict(manifest.data["settings"]), layout)
     if bases or cells:
-        from rlvr.serve import launch
+        from rlvr.serve.launch import keep_serving
 
         with console.status(f"preparing {settings.model} and {settings.env}..."):
             env = env if env is not None else evaluation.load_env(settings.env, settings.env_args)
@@ -412,15 +418,16 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
             check_eval_split(held_out, settings)
         console.print(f"{len(bases)} base evaluation(s) and {len(cells)} cell(s) to run; starting rlvr serve for "
                       f"{settings.model} (log {layout.server_log})...")
-        with launch(model=settings.model, dtype=settings.server_dtype, extra_args=settings.server_args,
-                    log_file=layout.server_log, timeout=server_timeout) as server:
+        # restarted on its port when it dies during an evaluation (rlvr.evaluation.ServerRecovery)
+        with keep_serving(settings.model, dtype=settings.server_dtype, extra_args=settings.server_args,
+                          log_file=layout.server_log, timeout=server_timeout) as server:
             for seed in bases:
                 run_base(envs, server, settings, layout, seed, manifest)
             for number, (algo, seed, replicate) in enumerate(cells, start=1):
                 console.rule(f"[bold]cell {number}/{len(cells)}: {cell_key(algo, seed, replicate)}")
                 try:
                     run_cell(envs, server, settings, layout, algo, seed, manifest, replicate)
-                except (ServerError, MemoryError):
+                except (ServerError, evaluation.ServerLost, MemoryError):
                     raise  # every later cell would meet them: the study stops (the same command resumes it)
                 except Exception as err:  # this cell's own failure, e.g. a rollout its recipe cannot train on
                     failed.append(record_failure(layout, manifest, settings, algo, seed, replicate, err))
