@@ -65,10 +65,18 @@ def smol_model() -> Path:
     return models.prepare("smollm2-135m")
 
 
-def _serve(model: str):
+# The session servers' KV cache: 0.5 GB holds far more than the tests' short sequences (tiny-random: ~1M tokens,
+# SmolLM2: ~23k, above its 8,192-token context), where the default 2 GB each would bring two workers' servers near
+# a 24 GB machine's limit. Their start-up may wait 10 min: 45 s on an idle machine, but 5 min was seen to pass
+# before the first log line on one loaded by other work.
+SESSION_SERVER_ARGS = ("--kv-cache-gb", "0.5")
+SESSION_SERVER_TIMEOUT_S = 600
+
+
+def _serve(model: str, *extra_args: str):
     from rlvr.serve import launch
 
-    return launch(model=model)
+    return launch(model=model, extra_args=[*SESSION_SERVER_ARGS, *extra_args], timeout=SESSION_SERVER_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")
@@ -91,9 +99,7 @@ def training_server(tiny_model):
     rlvr view's): a run pushes its weights before its first batch, so what an earlier run left there does not matter,
     and the shared servers above keep theirs. fp32 like the trainer on CPU (vLLM's CPU default is bf16), so that
     the server's logprobs can be compared with the trainer's to float32 rounding."""
-    from rlvr.serve import launch
-
-    with launch(model="tiny-random", extra_args=["--dtype", "float32"]) as server:
+    with _serve("tiny-random", "--dtype", "float32") as server:
         yield server
 
 
@@ -204,32 +210,52 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ------------------------------------------------------------------------------------------ scheduling the workers
-# `--dist loadgroup` (make test): a module is one unit of work, so its module fixtures start once; the modules whose
-# tests use a session server form one unit per server, so that each server starts once per run, on one worker.
-# The units go out longest first (server groups, then modules with slow tests, then the rest), so that the last
-# ones to run are short and the two workers finish together.
-SERVER_GROUPS = {"training_server": "training_server", "mt_grpo_run": "training_server",
-                 "tiny_server": "tiny_server", "smol_server": "tiny_server"}
-GROUP_ORDER = ("training_server", "tiny_server")
+# `--dist loadgroup` (make test): each module is one unit of work (its module fixtures start once), and the modules
+# that share tiny_server (and the smol_server beside it in tests/serve) or mt_grpo_run's run are one unit each, so
+# that those start once per run. The training_server's modules stay apart: together they are the largest share of
+# the suite, one unit would decide the run's length alone; spread over two workers they cost one more server start.
+# The units go out longest first, so that the last ones to run are short and the workers finish together: the
+# modules that take minutes (LONGEST_FIRST), the other modules with slow tests, then the rest. Keep LONGEST_FIRST in step with the slowest tests that `make test` lists.
+SHARED_UNITS = {"tiny_server": "tiny_server", "smol_server": "tiny_server", "mt_grpo_run": "mt_grpo_run"}
+LONGEST_FIRST = (
+    "tests/faults/test_fault_injection.py",  # three real runs with seven server starts between them
+    "tiny_server",
+    "tests/multinode/test_two_machines.py",
+    "tests/trainer/test_training.py",
+    "tests/trainer/test_async.py",
+    "tests/study/test_study_run.py",
+    "tests/trainer/test_ppo.py",
+    "tests/serve/test_process_tree.py",
+    "tests/cli/test_cli_demo.py",
+    "tests/cli/test_cli_benchmark.py",
+    "tests/trainer/test_smollm2.py",
+    "tests/v1/test_bridge.py",
+    "tests/evaluation/test_server_recovery.py",
+    "mt_grpo_run",
+)
 
 
 def share_session_servers(items) -> None:
-    """Mark every test of a module that uses a session server with that server's xdist group (the first of
-    GROUP_ORDER if it uses two), and put the items in scheduling order (stable within a module)."""
-    servers = defaultdict(set)
+    """Mark every test of a module that uses a shared fixture of SHARED_UNITS with that unit's xdist group (the
+    first in LONGEST_FIRST if it uses two), and put the items in scheduling order (stable within a module)."""
+    shared = defaultdict(set)
     slow_modules = set()
     for item in items:
-        servers[item.path] |= {SERVER_GROUPS[name] for name in SERVER_GROUPS.keys() & set(item.fixturenames)}
+        shared[item.path] |= {SHARED_UNITS[name] for name in SHARED_UNITS.keys() & set(item.fixturenames)}
         if item.get_closest_marker("slow") is not None:
             slow_modules.add(item.path)
+    unit = {}
     for item in items:
-        groups = [group for group in GROUP_ORDER if group in servers[item.path]]
+        module = item.nodeid.split("::", 1)[0]
+        groups = sorted(shared[item.path], key=LONGEST_FIRST.index)
         if groups:
             item.add_marker(pytest.mark.xdist_group(groups[0]))
+        unit[item] = groups[0] if groups else module
 
     def order(item) -> int:
-        groups = [GROUP_ORDER.index(group) for group in servers[item.path]]
-        return min(groups) if groups else len(GROUP_ORDER) + (item.path not in slow_modules)
+        if unit[item] in LONGEST_FIRST:
+            return LONGEST_FIRST.index(unit[item])
+        return len(LONGEST_FIRST) + (item.path not in slow_modules)
 
     items.sort(key=order)
 
