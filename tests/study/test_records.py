@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from test_report import make_study, write_cell
+from typer.testing import CliRunner
 
+from rlvr.cli import app
 from rlvr.study import records, runner
 from rlvr.study.layout import StudyLayout
 from rlvr.study.report import write_report
@@ -71,6 +73,9 @@ def test_records_of_two_machines_merged_give_the_report_of_one_study(tmp_path):
     assert "| base/seed-0 | n/a | n/a | 1.0 |" in table
     assert "The units ran on 2 machines" in table and "Nothing is left" in table
     assert again["provenance"]["mt_grpo/seed-2"]["machine"] == MACHINE_B
+    (merged / "report.md").unlink()
+    assert CliRunner().invoke(app, ["analyze", str(merged)]).exit_code == 0  # a results directory is a study to it
+    assert (merged / "report.md").read_text() == report
 
     # the study directory of machine A, with the merged records: the same numbers, its own units first
     manifest = json.loads(StudyLayout(study).manifest.read_text())
