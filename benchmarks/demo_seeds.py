@@ -97,6 +97,43 @@ def credit_by_step(token_credit: Path) -> list[dict]:
              "all_fail_answer_turn_advantage_answered": mean(row["_answered"])} for row in steps.values()]
 
 
+def rescore(rollouts_jsonl: Path) -> list[dict]:
+    """Each logged batch of a run made under the old rubric (`format_credit`: every rollout logged), scored again
+    under both rubrics: per rollout its outcome and its per-turn advantages for MT-GRPO and GRPO-OR, computed per group
+    (the rollouts of one example) by rlvr.credit as the trainer does. The batch is the same under both rubrics
+    (seeded sampling), so this isolates what the rubric changes in the credit. `logged_advantages` are the trainer's
+    own, for checking the recomputation."""
+    from vf_triviaqa_search.protocols import search_parser
+
+    from rlvr.credit import compute_advantages
+    from rlvr.rubrics.rewards import is_tool_result
+
+    parser = search_parser()
+    out = []
+    for line in read_jsonl(rollouts_jsonl):
+        groups: dict[int, list[dict]] = {}
+        for r in line["rollouts"]:
+            groups.setdefault(r["example_id"], []).append(r)
+        for example, members in sorted(groups.items()):
+            first_result, outcomes = [], {"format_credit": [], "answer_required": []}
+            for r in members:
+                replies = [m for m in r["completion"] if m.get("role") != "assistant"]
+                first_result.append(next((k for k, m in enumerate(replies) if is_tool_result([m])), None))
+                outcomes["format_credit"].append(r["reward"])
+                answered = parser.parse_answer(r["completion"]) is not None
+                outcomes["answer_required"].append(r["reward"] if answered else 0.0)
+            turns = [r["turn_rewards"] for r in members]
+            credit = {f"{algo}/{rubric}": compute_advantages(algo, turns, outcome, first_result)
+                      for algo in ("mt_grpo", "grpo") for rubric, outcome in outcomes.items()}
+            for i, r in enumerate(members):
+                assistant = [str(m.get("content") or "") for m in r["completion"] if m.get("role") == "assistant"]
+                out.append({"step": line["step"], "example_id": example, "turns": assistant,
+                            "turn_rewards": r["turn_rewards"], "logged_advantages": r["turn_advantages"],
+                            "outcome": {k: v[i] for k, v in outcomes.items()},
+                            "advantages": {k: v[i] for k, v in credit.items()}})
+    return out
+
+
 def per_example(eval_dir: Path) -> dict[str, dict[str, float]]:
     """metric -> example id -> mean over that example's held-out rollouts."""
     rows = read_jsonl(eval_dir / "results.jsonl")
@@ -205,8 +242,15 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["answer_required"], choices=list(VARIANTS))
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/demo_seeds"), help="the cells' run directories")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the cells' results and the report go")
+    parser.add_argument("--rescore", type=Path, metavar="ROLLOUTS_JSONL",
+                        help="score a format_credit run's logged batches under both rubrics (see `rescore`); writes "
+                             "RESULTS/rescored_<name>.json")
     parser.add_argument("--report-only", action="store_true", help="rewrite report.md from the finished cells")
     args = parser.parse_args()
+    if args.rescore:
+        name = args.rescore.parent.parent.name  # runs/<cell>/train/rollouts.jsonl
+        print(atomic_write_json(args.results / f"rescored_{name}.json", rescore(args.rescore)))
+        return
     cells_dir = args.results / "cells"
     if not args.report_only:
         for seed in args.seeds:
