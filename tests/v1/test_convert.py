@@ -66,6 +66,9 @@ def test_tool_turns_form_one_sequence_with_their_rewards():
     assert second.tokens.prompt_ids == (1, 2, 3, 9, 10, 11, 12, 20, 21, 9)
     assert second.tokens.completion_logprobs == (-0.4, -0.6)
     assert [t.tool_result for t in rollout.turns] == [True, False]
+    assert rollout.completion[0]["tool_calls"] == [
+        {"id": "c", "type": "function", "function": {"name": "calculate", "arguments": "{}"}}]
+    assert [m["role"] for m in rollout.completion] == ["assistant", "tool", "assistant"]
     assert rollout.turn_rewards == [1.0, 0.25] and rollout.turn_level and rollout.first_result_turn == 0
     assert prefix_mismatch([t.tokens for t in rollout.turns]) is None
     credited = assign_advantages([rollout, to_rollout(tool_trace(info={"turn_rewards": [0.0, 0.0]},

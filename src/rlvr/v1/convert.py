@@ -97,6 +97,18 @@ def state_keys(trace: Mapping[str, Any], sampled: Sequence[int]) -> dict[int, An
     return dict(zip(sampled, given, strict=True))
 
 
+def chat_message(message: Mapping[str, Any]) -> dict:
+    """A v1 message in the OpenAI chat shape rlvr's records use: unset fields dropped, tool calls as
+    {id, type: function, function: {name, arguments}} (v1 keeps them flat)."""
+    out = {k: v for k, v in message.items() if v is not None and k != "tool_calls"}
+    calls = message.get("tool_calls") or []
+    if calls:
+        out["tool_calls"] = [{"id": c.get("id"), "type": "function",
+                              "function": {"name": c.get("name"), "arguments": c.get("arguments") or "{}"}}
+                             for c in calls]
+    return out
+
+
 def outcome(trace: Mapping[str, Any]) -> float:
     return math.fsum(float(r["score"]) * float(r.get("weight", 1.0))
                      for r in (trace.get("rewards") or {}).values() if r is not None)
@@ -149,7 +161,7 @@ def to_rollout(trace: Mapping[str, Any], *, example_id: int, task: str, prompt: 
     metrics.update({name: float(v) for name, v in (trace.get("metrics") or {}).items() if v is not None})
     return Rollout(
         example_id=example_id, task=task, prompt=prompt,
-        completion=[nodes[i].get("message") or {} for i in last[first_sampled:]],
+        completion=[chat_message(nodes[i].get("message") or {}) for i in last[first_sampled:]],
         answer=answer, outcome=outcome(trace), metrics=metrics, turns=tuple(turns),
         error=error or error_text(trace), truncated=truncated(trace),
     )
