@@ -199,14 +199,14 @@ def skip_gpu_tests_without_cuda(items) -> None:
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     skip_gpu_tests_without_cuda(items)
-    if config.getoption("dist", "no") == "loadgroup":
-        share_session_servers(items)
     unmarked = [item for item in items
                 if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None]
     for item in unmarked:  # still kept out of the fast profile, and named so that the module gets its mark
         item.add_marker(pytest.mark.slow)
         item.warn(pytest.PytestUnknownMarkWarning(
             f"{item.nodeid} starts a vLLM server but is not marked slow: add `pytestmark = pytest.mark.slow`"))
+    if config.getoption("dist", "no") == "loadgroup":
+        share_session_servers(items)
 
 
 # ------------------------------------------------------------------------------------------ scheduling the workers
@@ -215,7 +215,8 @@ def pytest_collection_modifyitems(config, items):
 # that those start once per run. The training_server's modules stay apart: together they are the largest share of
 # the suite, one unit would decide the run's length alone; spread over two workers they cost one more server start.
 # The units go out longest first, so that the last ones to run are short and the workers finish together: the
-# modules that take minutes (LONGEST_FIRST), the other modules with slow tests, then the rest. Keep LONGEST_FIRST in step with the slowest tests that `make test` lists.
+# modules that take minutes (LONGEST_FIRST), the other modules with slow tests, then the rest. Keep LONGEST_FIRST in
+# step with the slowest tests that `make test` lists.
 SHARED_UNITS = {"tiny_server": "tiny_server", "smol_server": "tiny_server", "mt_grpo_run": "mt_grpo_run"}
 LONGEST_FIRST = (
     "tests/faults/test_fault_injection.py",  # three real runs with seven server starts between them
@@ -241,7 +242,8 @@ def share_session_servers(items) -> None:
     shared = defaultdict(set)
     slow_modules = set()
     for item in items:
-        shared[item.path] |= {SHARED_UNITS[name] for name in SHARED_UNITS.keys() & set(item.fixturenames)}
+        fixtures = set(getattr(item, "fixturenames", ()))
+        shared[item.path] |= {SHARED_UNITS[name] for name in SHARED_UNITS.keys() & fixtures}
         if item.get_closest_marker("slow") is not None:
             slow_modules.add(item.path)
     unit = {}
@@ -342,11 +344,13 @@ class DirectoryTimes:
         self.seconds[area] += report.duration
         self.tests[area] += report.when == "setup"
 
-    def pytest_terminal_summary(self, terminalreporter):
+    def pytest_terminal_summary(self, terminalreporter, config):
         total = sum(self.seconds.values())
         if not total:
             return
         budget = budget_shares()
+        # the shares budget `make test`'s whole run: a part of the suite, or the fast profile, is only listed
+        whole = config.getoption("markexpr") == "not long" and budget.keys() <= self.seconds.keys()
         write = terminalreporter.write_line
         terminalreporter.section("time per test directory")
         write(f"{'area':32} {'tests':>5} {'minutes':>8} {'share':>6} {'budget':>6}")
@@ -354,7 +358,7 @@ class DirectoryTimes:
             share = 100 * seconds / total
             limit = budget.get(area)
             verdict = ("no budget: give the area a share in docs/testing.md" if limit is None
-                       else "OVER BUDGET" if share > limit else "")
+                       else "OVER BUDGET" if whole and share > limit else "")
             limit_text = "-" if limit is None else f"{limit:.0f}%"
             write(f"{area:32} {self.tests[area]:5d} {seconds / 60:8.1f} {share:5.1f}% {limit_text:>6} {verdict}".rstrip())
         write(f"{'all':32} {sum(self.tests.values()):5d} {total / 60:8.1f} (test time, summed over the workers); "
