@@ -39,6 +39,7 @@ def rollouts(env: V1Environment, server, **kwargs):
                         sampling_args=SAMPLING, max_concurrent=4, seed=0, **kwargs)
 
 
+@pytest.mark.timeout(3600)  # the module's server start and a training run on a machine others may load
 def test_train_three_steps_through_the_bridge(v1_server, tmp_path):
     """`rlvr train` on v1-calculator (multi-turn, a tool, turn rewards) with a turn-level estimator."""
     run_dir = tmp_path / "run"
@@ -46,7 +47,8 @@ def test_train_three_steps_through_the_bridge(v1_server, tmp_path):
                     max_seq_len=512, report_to="none", logging_steps=1, progress="false")
     command = [sys.executable, "-m", "rlvr.cli", "train", "--env", "v1:v1-calculator", "--model", "tiny-random",
                "--algo", "mt_grpo", "--server", v1_server.url, "-o", str(run_dir),
-               "-a", json.dumps({"taskset": {"num_tasks": 8}}), *(f"-s{k}={v}" for k, v in settings.items())]
+               "-a", json.dumps({"taskset": {"num_tasks": 8}})]
+    command += [arg for k, v in settings.items() for arg in ("-s", f"{k}={v}")]
     result = subprocess.run(command, cwd=REPO, env={**os.environ, **OFFLINE}, capture_output=True, text=True,
                             timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -60,6 +62,21 @@ def test_train_three_steps_through_the_bridge(v1_server, tmp_path):
     credit = (run_dir / "token_credit.jsonl").read_text().splitlines()
     assert credit, "rlvr view reads the advantages per token from token_credit.jsonl"
     assert (run_dir / "final").is_dir()
+
+
+def test_evaluate(v1_server, tmp_path):
+    """`rlvr evaluate` on a v1 environment: the metrics table and results in vf-eval's layout, turn rewards too."""
+    out = tmp_path / "eval"
+    result = subprocess.run([sys.executable, "-m", "rlvr.cli", "evaluate", "--env", "v1:v1-calculator", "--endpoint",
+                             f"{v1_server.url}/v1", "-n", "2", "-r", "2", "--max-tokens", "8", "-o", str(out),
+                             "-a", json.dumps({"taskset": {"num_tasks": 4}})],
+                            cwd=REPO, env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["example_id"] for r in rows] == [0, 0, 1, 1]
+    assert all(len(r["turn_rewards"]) >= 1 and r["error"] is None for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["reward"]["n"] == 4 and "turn/1/reward" in summary
 
 
 def test_episodes_carry_the_servers_tokens(v1_server):
@@ -105,6 +122,7 @@ def test_a_trace_without_token_ids_is_named(v1_server):
         env.close()
 
 
+@pytest.mark.timeout(3600)  # the shared training server's start when this module is the first to ask for it
 def test_what_cannot_run_here_is_named(training_server):
     with pytest.raises(V1Error, match="does not serve /inference/v1/generate .* --enable-scale-out"):
         check_generate(training_server.url, "tiny-random")

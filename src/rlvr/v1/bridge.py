@@ -85,7 +85,7 @@ class Worker:
         self.send({"op": "open", "env": dict(env_config)})
         opened = self.reply(time.monotonic() + OPEN_TIMEOUT_S, "opening the environment")
         if opened.get("op") != "opened":
-            self.kill()
+            self.close()
             raise self.error(opened)
         self.tasks: list[dict] = opened["tasks"]
         self.env_id: str = opened["env_id"]
