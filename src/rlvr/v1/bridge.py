@@ -8,6 +8,7 @@ group, scores the episodes that had not come back as failures, and the next batc
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -80,6 +81,7 @@ class Worker:
         self.process = subprocess.Popen([str(v1_python()), str(WORKER)], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=self.log, text=True, env=child_env,
                                         start_new_session=True)
+        atexit.register(self.close)  # a run that never closes its environment leaves no worker and no log behind
         self.replies: queue.Queue[dict | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True, name="rlvr-v1-reader").start()
         self.send({"op": "open", "env": dict(env_config)})
