@@ -1,5 +1,5 @@
 """A server started by `launch()` does not outlive its owner, even when the owner is SIGKILLed (no cleanup runs):
-the server process is told to terminate when its parent dies (PR_SET_PDEATHSIG)."""
+the server process watches its parent and terminates when it dies (rlvr.serve.engine.watch_parent)."""
 
 from __future__ import annotations
 

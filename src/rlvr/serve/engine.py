@@ -1,7 +1,8 @@
 """What rlvr changes inside vLLM's engine processes: the engine core that the API server spawns and the workers that
 the engine core spawns (vLLM 0.32, multiprocessing "spawn").
 
-- `watch_parent`: each of them dies with the process that spawned it, however that one dies. vLLM's own links
+- `watch_parent`: each of them dies with the process that spawned it, however that one dies (and the API server
+  with the process that `launch`ed it). vLLM's own links
   do not cover a SIGKILL of the API server: the engine core then lives on as an orphan of init, and its worker
   with it (it only watches the engine core), one of them busy-polling a core (measured; docs/serve.md).
 - `spare_seeded_generators`: seeded sampling does not crash the engine on CPU when a prompt is prefilled in chunks.
@@ -13,6 +14,7 @@ starts); the second is applied where the worker runs, when vLLM imports rlvr's w
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 import signal
 import threading
@@ -21,19 +23,22 @@ import time
 PARENT_POLL_S = 0.5
 
 
-def watch_parent() -> None:
-    """SIGKILL this process as soon as the process that spawned it has gone (it is then re-parented, so
-    `os.getppid()` changes), from a daemon thread polling every PARENT_POLL_S seconds.
+def watch_parent(parent: int, sig: int = signal.SIGKILL, grace_s: float = 30.0) -> None:
+    """Send this process `sig` as soon as `parent`, the process that started it, has gone (it is then re-parented,
+    so `os.getppid()` is another pid; also when that happened before this call, e.g. while this process imported),
+    and SIGKILL `grace_s` seconds later if it still runs; from a daemon thread polling every PARENT_POLL_S seconds.
 
-    A thread rather than PR_SET_PDEATHSIG: that signal fires when the *thread* that spawned the child ends, which
-    is not what it means here. SIGKILL rather than SIGTERM: vLLM's engine core answers SIGTERM with a graceful
+    A thread rather than PR_SET_PDEATHSIG: that signal fires when the *thread* that started the child ends (a
+    server launched from a worker thread, e.g. an evaluation's restart in `asyncio.to_thread`, died with the
+    thread). SIGKILL for the engine core and its worker: vLLM's engine core answers SIGTERM with a graceful
     shutdown that waits on requests whose answers nobody can receive any more; a worker's watch then kills it in turn.
     """
-    parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), sig)
+        time.sleep(grace_s)
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="rlvr-parent-watch", daemon=True).start()
@@ -45,7 +50,7 @@ def run_engine_core(*args, **kwargs):
     from vllm.v1.engine.core import EngineCoreProc
     from vllm.v1.executor.multiproc_executor import WorkerProc
 
-    watch_parent()
+    watch_parent(multiprocessing.parent_process().pid)
     _replace(WorkerProc, "worker_main", worker_main)
     return _original(EngineCoreProc, "run_engine_core")(*args, **kwargs)
 
@@ -55,7 +60,7 @@ def worker_main(*args, **kwargs):
     parent watch."""
     from vllm.v1.executor.multiproc_executor import WorkerProc
 
-    watch_parent()
+    watch_parent(multiprocessing.parent_process().pid)
     return _original(WorkerProc, "worker_main")(*args, **kwargs)
 
 

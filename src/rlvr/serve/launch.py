@@ -215,17 +215,6 @@ def _wait_healthy(proc: subprocess.Popen, url: str, timeout: float, log_file: Pa
     )
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _die_with_parent() -> None:
-    """In the server process, before exec: SIGTERM it when the process that launched it dies, however it dies
-    (a SIGKILL or the out-of-memory killer skips the `with` block's cleanup); its SIGTERM handling then stops vLLM."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
 @contextmanager
 def serve_process(
     command: Sequence[str],
@@ -245,7 +234,6 @@ def serve_process(
         log.flush()
         proc = subprocess.Popen(
             list(command), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            preexec_fn=_die_with_parent,
         )
     try:
         _wait_healthy(proc, url, timeout, log_file)

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from rlvr.serve.admin import AdminTokenMiddleware
 from rlvr.serve.cpu_routes import add_cpu_routes, default_weights_roots
-from rlvr.serve.engine import install_parent_watches
+from rlvr.serve.engine import install_parent_watches, watch_parent
 from rlvr.serve.gate import WeightUpdateGate
+from rlvr.serve.launch import OWNER_ENV
 from rlvr.serve.nccl_routes import add_nccl_routes
 from rlvr.serve.options import (
     LOG_FORMAT,
@@ -131,6 +132,10 @@ def main(argv: list[str] | None = None) -> None:
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+    if OWNER_ENV in os.environ:
+        # Started by `rlvr.serve.launch` (the owner is the launching process): stop (gracefully, then SIGKILL) when
+        # that process dies, however it dies (a SIGKILL or the out-of-memory killer skips its `with` block's cleanup).
+        watch_parent(int(os.environ[OWNER_ENV]), signal.SIGTERM)
     # vLLM's engine runs in a spawned process; fork after torch threads start is unsafe.
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
