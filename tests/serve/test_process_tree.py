@@ -1,0 +1,80 @@
+"""Whichever process of a server's tree is SIGKILLed (the API server, vLLM's engine core, its worker), the rest of
+the tree dies with it, with nobody cleaning up (the launcher's `with` block is still open): no orphan keeps a core
+busy (rlvr.serve.engine.watch_parent). The death is named with the engine's last error when it logged one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from rlvr.serve.launch import engine_error, group_processes, launch
+
+pytestmark = pytest.mark.slow
+
+# How long the rest of the tree gets to die: the parent watches poll every 0.5 s; vLLM's own shutdown of an engine
+# whose worker died takes a few seconds more on a loaded machine.
+DEATH_WAIT_S = 60
+
+
+def title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def alive(pids: list[int]) -> list[int]:
+    """The live (not zombie) processes among `pids`."""
+    live = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            live.append(pid)
+    return live
+
+
+def wait_until_gone(pids: list[int]) -> list[int]:
+    deadline = time.monotonic() + DEATH_WAIT_S
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return alive(pids)
+
+
+VICTIMS = ("API server", "VLLM::EngineCore", "VLLM::Worker")
+
+
+@pytest.mark.timeout(3600)  # three server starts at once on a machine that others may load heavily
+def test_killing_any_process_of_a_server_leaves_none_behind(tiny_model, tmp_path):
+    """One server per victim, started at once (one start's wall time instead of three)."""
+    with contextlib.ExitStack() as stack:
+        starts = [launch(model="tiny-random", extra_args=["--kv-cache-gb", "0.5"], log_file=tmp_path / f"{i}.log",
+                         timeout=1800) for i in range(len(VICTIMS))]
+        with ThreadPoolExecutor(len(starts)) as pool:
+            servers = list(pool.map(stack.enter_context, starts))
+        trees = {}
+        for victim, server in zip(VICTIMS, servers, strict=True):
+            tree = group_processes(server.pid)
+            titles = {pid: title(pid) for pid in tree}
+            by_title = {name: [pid for pid, t in titles.items() if t.startswith(name)] for name in VICTIMS[1:]}
+            assert all(len(pids) == 1 for pids in by_title.values()), titles
+            target = server.pid if victim == "API server" else by_title[victim][0]
+            os.kill(target, signal.SIGKILL)
+            trees[victim] = (tree, titles)
+        for victim, server in zip(VICTIMS, servers, strict=True):
+            tree, titles = trees[victim]
+            left = wait_until_gone(tree)  # while the launcher's `with` block is still open: nobody cleans up
+            assert not left, f"after SIGKILL of the {victim}, still alive: {[titles[p] for p in left]}"
+            death = server.death(wait_s=10)
+            assert death is not None and death.startswith("died (exit code"), death
+            if victim == "VLLM::Worker":
+                assert engine_error(server.log_file) is not None
+                assert "the engine's last error" in death, death
