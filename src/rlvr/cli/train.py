@@ -216,12 +216,15 @@ def train(
 def run_launched(plan: TrainPlan) -> None:
     """One rank of a `--num-processes` run: agree with every other rank on the run (`rlvr.trainer.nodes.agree`),
     train, and stop with one line when another machine's ranks are gone mid-run."""
+    from rich.markup import escape
+
     from rlvr.io import atomic_write_json
     from rlvr.trainer.checkpoint import newest_checkpoint
     from rlvr.trainer.faults import resume_command
     from rlvr.trainer.nodes import agree, lost_peers_message, peer_lost, rank_facts
 
-    # one message per machine: its first rank prints, the others stop quietly with the same status
+    # one message per machine: its first rank prints, the others stop quietly with the same status (messages are
+    # escaped: gloo's start with "[/path/file.cc:123]", which rich would read as a closing tag)
     speaks = os.environ.get("LOCAL_RANK", "0") == "0"
     several = int(os.environ.get("WORLD_SIZE", "1")) > 1
     newest = newest_checkpoint(Path(plan.run_dir)) if plan.resume else None
@@ -230,7 +233,7 @@ def run_launched(plan: TrainPlan) -> None:
     try:
         every = agree(facts)
     except NodeError as err:
-        raise (fail(str(err)) if speaks else typer.Exit(2)) from err
+        raise (fail(escape(str(err))) if speaks else typer.Exit(2)) from err
     if os.environ.get("RANK") == "0":  # who trained: each rank's machine, host, packages and view of the server
         atomic_write_json(Path(plan.run_dir) / RANKS_FILE, [
             {**f["where"], "versions": f["agree"]["versions"], "server": f["server"]} for f in every])
@@ -240,7 +243,7 @@ def run_launched(plan: TrainPlan) -> None:
         if not several or not peer_lost(err):
             raise
         message = lost_peers_message(err, plan.run_dir, resume_command(plan.run_dir))
-        raise (fail(message, code=1) if speaks else typer.Exit(1)) from err
+        raise (fail(escape(message), code=1) if speaks else typer.Exit(1)) from err
 
 
 def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: Path | None,
