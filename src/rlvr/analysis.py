@@ -205,7 +205,7 @@ def analyze(directory: Path) -> Path:
         header = ["env", "model", "rollouts", "reward (mean ± se)", "dir"]
         table = markdown_table(header, [[r["env"], r["model"], r["rollouts"], r["reward"], r["dir"]] for r in rows])
         report.sections.append(f"## Evaluations\n\n{table}")
-        from rlvr.study.report import read_summary
+        from rlvr.evaluation import read_summary
 
         for before, after in before_after_pairs(evals):  # our evaluations carry summary.json; vf-eval's do not
             if not ((before / "summary.json").is_file() and (after / "summary.json").is_file()):

@@ -113,6 +113,11 @@ def rollouts_of(results: dict) -> list[Rollout]:
     return [from_state(s) for s in results["state"]]
 
 
+def read_summary(eval_dir: Path) -> dict[str, Stat]:
+    """An evaluation's summary.json (written by `save_results`) back as statistics."""
+    return {k: Stat(**v) for k, v in json.loads((eval_dir / "summary.json").read_text()).items()}
+
+
 def summary_table(summary: dict[str, Stat], title: str):
     from rich.table import Table
 

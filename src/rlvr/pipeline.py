@@ -30,7 +30,7 @@ the config and every invocation with its vars; vars that would change the comman
 (its result was made by the old command), vars that change only stages still to run are taken.
 
 Starting weights checked against committed ones: a stage with `weights = "PATH"` (relative to its result directory,
-e.g. an SFT study's "cells/sft/seed-0/train/final") records their fingerprint (rlvr.study.weights: sha256 over the
+e.g. an SFT study's "cells/sft/seed-0/train/final") records their fingerprint (rlvr.weights: sha256 over the
 tensors, and per tensor) in its pipeline_stage.json. With `results = "benchmarks/results/NAME"` at the top of the
 config (where `--export` copies the records to be committed), a rebuilt stage's fingerprint is compared with the
 committed record of the same stage: a mismatch is named (how many tensors differ, the largest first) and the
@@ -333,7 +333,7 @@ def run_unit(unit: Unit, log: Path, echo=print) -> dict[str, Any]:
 
 
 def weights_fingerprint(unit: Unit) -> dict[str, Any]:
-    from rlvr.study.weights import WeightsError, fingerprint
+    from rlvr.weights import WeightsError, fingerprint
 
     try:
         return fingerprint(unit.weights)
@@ -353,7 +353,7 @@ def committed_marker(plan: Plan, unit: Unit) -> Path | None:
 def check_weights(plan: Plan, unit: Unit, accept: Collection[str], echo=print) -> None:
     """A finished unit's weights against the committed fingerprint: the verdict goes into its record; a mismatch
     raises PipelineError unless its stage is in `accept`."""
-    from rlvr.study.weights import describe, differences
+    from rlvr.weights import describe, differences
 
     record = json.loads(unit.marker.read_text())
     if "weights" not in record:  # finished before fingerprints were recorded: the weights are still there
@@ -376,7 +376,7 @@ def check_weights(plan: Plan, unit: Unit, accept: Collection[str], echo=print) -
             raise PipelineError(
                 f"stage {unit.label}: its weights {unit.weights} {verdict}.\n  Later stages start from them, so the "
                 "pipeline stops here. If the difference is expected (another CPU, thread count or library version; "
-                "where both checkpoints exist, `python -m rlvr.study.weights A B` gives max |a - b| per tensor), "
+                "where both checkpoints exist, `python -m rlvr.weights A B` gives max |a - b| per tensor), "
                 f"run the same command with --accept-weights {unit.stage}: the mismatch is then recorded and the "
                 "pipeline goes on. Otherwise rebuild the stage where the committed one was made.")
         if found:

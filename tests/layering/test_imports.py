@@ -16,17 +16,18 @@ SRC = ROOT / "src" / "rlvr"
 # Lower numbers are lower layers: pure math and utilities first, the command line last.
 LAYERS = {
     "io": 0, "restarts": 0, "config_files": 0,
-    "models": 1, "credit": 1, "sandbox": 1,
+    "models": 1, "credit": 1, "sandbox": 1, "weights": 1,
     "retrieval": 2, "serve": 2,
     "data": 3, "tools": 3, "rubrics": 3, "history": 3,
     "rollouts": 4, "hub": 4, "seeding": 4,
-    "evaluation": 5, "testing": 5, "token_prompts": 5,
-    "trainer": 6,
-    "offline": 7, "analysis": 7,
-    "demo": 8,
-    "study": 9, "suite": 9, "pipeline": 9,
-    "view": 10,
-    "cli": 11,
+    "v1": 5,
+    "evaluation": 6, "testing": 6, "token_prompts": 6,
+    "trainer": 7,
+    "offline": 8, "analysis": 8,
+    "demo": 9,
+    "study": 10, "suite": 10, "pipeline": 10,
+    "view": 11,
+    "cli": 12,
 }
 
 

@@ -1,4 +1,4 @@
-"""Starting weights checked against a committed fingerprint (rlvr.study.weights, a pipeline stage's `weights`): the
+"""Starting weights checked against a committed fingerprint (rlvr.weights, a pipeline stage's `weights`): the
 fingerprint ignores how tensors are stored and sees a one-ulp change; a rebuilt stage whose weights differ from the
 committed record is named (the tensor, how much) and stops the pipeline before a later stage starts from it, unless
 --accept-weights names it. Stages are real processes writing real safetensors files."""
@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from rlvr.pipeline import MARKER, PipelineError, export_results, read_pipeline, run_pipeline
-from rlvr.study.weights import describe, differences, fingerprint, main, max_abs_diff
+from rlvr.weights import describe, differences, fingerprint, main, max_abs_diff
 
 # a stage command: a two-tensor checkpoint in {here}/final, its bias scaled by the argument
 TRAIN = textwrap.dedent("""

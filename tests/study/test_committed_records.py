@@ -14,7 +14,7 @@ from test_study_run import STUDY_TOML, rlvr
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.study.weights import fingerprint
+from rlvr.weights import fingerprint
 
 pytestmark = pytest.mark.slow
 

@@ -11,6 +11,11 @@ import json
 import socket
 from collections.abc import Iterable
 
+
+class ServerError(RuntimeError):
+    """The rollout server is missing or does not fit its client (a trainer, an evaluation, the v1 bridge), with what
+    to do about it. Here, below every client, so that each can raise it and `rlvr train` prints it in one line."""
+
 # Weight versions: every JSON answer of a generation route carries the server's weight version when the request
 # arrived and when its answer left (`rlvr.serve.versions`); GET WEIGHT_VERSION_PATH answers the current one.
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})

@@ -32,9 +32,7 @@ from rlvr.evaluation import Stat
 from rlvr.io import atomic_write_json
 from rlvr.study.layout import RESULTS_MANIFEST, StudyLayout
 from rlvr.study.settings import StudyError, StudySettings
-
-# A unit's provenance: kept in its done.json and its record, shown in the report's provenance table.
-PROVENANCE = ("commit", "code_modified", "machine", "command", "model_sha256", "peak_rss_mb", "finished")
+from rlvr.study.units import BaseRecord, CellRecord, read_base, read_cell
 
 
 def is_results(directory: Path) -> bool:
@@ -147,8 +145,6 @@ def _stats(summary: dict[str, dict]) -> dict[str, Stat]:
 
 
 def cell_from_json(data: dict[str, Any]):
-    from rlvr.study.report import CellRecord
-
     fields = {f.name for f in dataclasses.fields(CellRecord)}
     data = {k: v for k, v in data.items() if k in fields}
     return CellRecord(**{
@@ -159,8 +155,6 @@ def cell_from_json(data: dict[str, Any]):
 
 
 def base_from_json(data: dict[str, Any]):
-    from rlvr.study.report import BaseRecord
-
     return BaseRecord(seed=data["seed"], after=_stats(data["after"]),
                       sets={n: _stats(s) for n, s in data.get("sets", {}).items()}, examples=data.get("examples", {}),
                       wall_s=data["wall_s"], provenance=data.get("provenance", {}))
@@ -169,8 +163,6 @@ def base_from_json(data: dict[str, Any]):
 def write_record(settings: StudySettings, layout: StudyLayout, unit: Path) -> Path:
     """The record of a finished unit of the study directory (done.json present), written atomically into the
     study's results directory."""
-    from rlvr.study.report import read_base, read_cell
-
     key = unit_key(layout, unit)
     sets, metrics = list(settings.evaluation.sets), settings.report.headline
     if key.startswith("base/"):

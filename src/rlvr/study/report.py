@@ -21,10 +21,9 @@ matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from rlvr.analysis import markdown_table, outcome_fell, read_jsonl  # noqa: E402
+from rlvr.analysis import markdown_table, outcome_fell  # noqa: E402
 from rlvr.evaluation import Stat  # noqa: E402
 from rlvr.io import atomic_write_json, atomic_write_text  # noqa: E402
-from rlvr.rollouts import is_rollout_statistic  # noqa: E402
 from rlvr.study.layout import StudyLayout  # noqa: E402
 from rlvr.study.settings import ReportSettings  # noqa: E402
 from rlvr.study.stats import (  # noqa: E402
@@ -33,7 +32,6 @@ from rlvr.study.stats import (  # noqa: E402
     RerunSpread,
     across_seeds,
     detect_collapse,
-    example_means,
     first_step_reaching,
     is_constant,
     mean_band,
@@ -42,95 +40,7 @@ from rlvr.study.stats import (  # noqa: E402
     rerun_spread,
     t_quantile,
 )
-
-# The per-example means of one evaluation: headline metric -> held-out example id -> mean over its rollouts.
-ExampleMeans = dict[str, dict[str, float]]
-MAIN = ""  # the key of a unit's main evaluation (eval/) beside its [evaluation.sets] names
-
-
-@dataclass(frozen=True)
-class CellRecord:
-    """What the report needs of one finished cell."""
-
-    algo: str
-    seed: int
-    after: dict[str, Stat]  # held-out evaluation of the final weights
-    curves: dict[str, dict[int, float]]  # rollout statistic -> step -> mean over the step's training batch
-    steps: int  # optimizer steps logged
-    reward_std: dict[int, float]  # step -> std of the outcome reward within the step's batch (on-policy recipes)
-    tokens_generated: float  # completion tokens generated in training
-    wall_s: dict[str, float]
-    resumed_from: str | None
-    replicate: int = 0  # 0: the cell; K >= 1: its K-th same-seed re-run
-    sets: dict[str, dict[str, Stat]] = field(default_factory=dict)  # [evaluation.sets] name -> its evaluation
-    examples: dict[str, ExampleMeans] = field(default_factory=dict)  # evaluation (MAIN or a set) -> per example
-    provenance: dict[str, Any] = field(default_factory=dict)  # commit, machine, peak memory, ... (records.PROVENANCE)
-
-
-@dataclass(frozen=True)
-class BaseRecord:
-    """What the report needs of one base evaluation (the starting model, once per seed)."""
-
-    seed: int
-    after: dict[str, Stat]
-    sets: dict[str, dict[str, Stat]]
-    examples: dict[str, ExampleMeans]
-    wall_s: dict[str, float]
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-
-def provenance_of(done: dict[str, Any]) -> dict[str, Any]:
-    from rlvr.study.records import PROVENANCE
-
-    return {k: done[k] for k in PROVENANCE if k in done}
-
-
-def read_summary(eval_dir: Path) -> dict[str, Stat]:
-    return {k: Stat(**v) for k, v in json.loads((eval_dir / "summary.json").read_text()).items()}
-
-
-def read_sets(layout: StudyLayout, unit: Path, names) -> dict[str, dict[str, Stat]]:
-    """The unit's evaluations on the [evaluation.sets] held-out sets that it has."""
-    return {n: read_summary(layout.eval_set(unit, n)) for n in names if layout.eval_set(unit, n).is_dir()}
-
-
-def read_examples(layout: StudyLayout, unit: Path, sets, metrics) -> dict[str, ExampleMeans]:
-    """The unit's evaluations (MAIN and the sets it has) as per-example means of `metrics`, from their
-    results.jsonl (an evaluation without its rollouts, e.g. an exported study, has none)."""
-    dirs = {MAIN: layout.eval(unit), **{n: layout.eval_set(unit, n) for n in sets}}
-    found = {}
-    for name, directory in dirs.items():
-        if (directory / "results.jsonl").is_file():
-            rows = read_jsonl(directory / "results.jsonl")
-            found[name] = {m: means for m in metrics if (means := example_means(rows, m))}
-    return found
-
-
-def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, sets=(), metrics=()) -> CellRecord:
-    unit = layout.cell(algo, seed, replicate)
-    done = json.loads(layout.done(unit).read_text())
-    steps = [r for r in read_jsonl(layout.train(unit) / "metrics.jsonl") if "loss" in r]
-    curves: dict[str, dict[int, float]] = {}
-    for record in steps:
-        for key, value in record.items():
-            if is_rollout_statistic(key) and isinstance(value, int | float) and not isinstance(value, bool):
-                curves.setdefault(key, {})[int(record["step"])] = float(value)
-    return CellRecord(
-        algo=algo, seed=seed, after=read_summary(layout.eval(unit)), curves=curves, steps=len(steps),
-        reward_std={int(r["step"]): float(r["reward/std"]) for r in steps if "reward/std" in r},
-        tokens_generated=sum(float(r.get("tokens/generated", 0.0)) for r in steps),
-        wall_s=done["wall_s"], resumed_from=done.get("resumed_from"), replicate=replicate,
-        sets=read_sets(layout, unit, sets), examples=read_examples(layout, unit, sets, metrics),
-        provenance=provenance_of(done),
-    )
-
-
-def read_base(layout: StudyLayout, seed: int, sets=(), metrics=()) -> BaseRecord:
-    unit = layout.base(seed)
-    done = json.loads(layout.done(unit).read_text())
-    return BaseRecord(seed=seed, after=read_summary(layout.eval(unit)), sets=read_sets(layout, unit, sets),
-                      examples=read_examples(layout, unit, sets, metrics), wall_s=done["wall_s"],
-                      provenance=provenance_of(done))
+from rlvr.study.units import MAIN, BaseRecord, CellRecord, ExampleMeans, read_base, read_cell  # noqa: E402
 
 
 @dataclass

@@ -122,7 +122,7 @@ class Manifest:
             self.save()
 
     def provenance(self) -> dict[str, Any]:
-        """This invocation's part of a unit's provenance (records.PROVENANCE): commit, machine, command, weights."""
+        """This invocation's part of a unit's provenance (units.PROVENANCE): commit, machine, command, weights."""
         invocation = self.data["invocations"][-1]
         found = invocation["versions"]
         return {"commit": found["git_commit"], "code_modified": found["study_code_modified"],
@@ -368,10 +368,10 @@ def pending(settings: StudySettings, layout: StudyLayout,
 
 
 def model_sha256(model: str) -> str | None:
-    """The sha256 of the starting weights (rlvr.study.weights), recorded with every unit; None for a model that is
+    """The sha256 of the starting weights (rlvr.weights), recorded with every unit; None for a model that is
     no local safetensors checkpoint (a hub id)."""
     from rlvr import models
-    from rlvr.study.weights import WeightsError, fingerprint
+    from rlvr.weights import WeightsError, fingerprint
 
     try:
         return fingerprint(Path(models.resolve(model)))["sha256"]

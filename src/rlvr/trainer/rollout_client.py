@@ -28,12 +28,14 @@ from openai import AsyncOpenAI
 
 from rlvr.rollouts import Rollout, from_state
 from rlvr.seeding import number_rollouts, seeded_rollouts
-from rlvr.serve.protocol import ADMIN_HEADER, ADMIN_TOKEN_ENV, WEIGHT_VERSION_FIELD, WEIGHT_VERSION_PATH
+from rlvr.serve.protocol import (
+    ADMIN_HEADER,
+    ADMIN_TOKEN_ENV,
+    WEIGHT_VERSION_FIELD,
+    WEIGHT_VERSION_PATH,
+    ServerError,  # re-exported: rlvr.trainer's callers catch it from here
+)
 from rlvr.token_prompts import token_prompt_rollouts
-
-
-class ServerError(RuntimeError):
-    """The rollout server is missing or does not fit the trainer, with what to do about it."""
 
 
 def start_command(model: str, port: int | str) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlvr.trainer.rollout_client import ServerError
+from rlvr.serve.protocol import ServerError
 
 WORKER = Path(__file__).with_name("worker.py")
 RENDERER = f"{Path(__file__).with_name('renderer.py')}:HermesTextRenderer"

@@ -7,7 +7,7 @@ its L2 norm (float64): a committed fingerprint (~40 KB for SmolLM2-135M) then na
 by about how much (|norm difference| is a lower bound of the L2 norm of the difference), without the committed weights.
 With both checkpoints on one machine, `max_abs_diff` gives the exact max |a - b| per tensor:
 
-    python -m rlvr.study.weights DIR_A DIR_B      # the 10 tensors that differ most, by max |a - b|
+    python -m rlvr.weights DIR_A DIR_B      # the 10 tensors that differ most, by max |a - b|
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def max_abs_diff(a: Path, b: Path) -> list[tuple[str, float]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m rlvr.study.weights CHECKPOINT_A CHECKPOINT_B", file=sys.stderr)
+        print("usage: python -m rlvr.weights CHECKPOINT_A CHECKPOINT_B", file=sys.stderr)
         return 2
     found = max_abs_diff(Path(argv[0]), Path(argv[1]))
     differing = [(n, d) for n, d in found if d > 0]
