@@ -1,15 +1,17 @@
 # rlvr: `make demo` runs the main job, `make test` the whole suite but the pipeline smoke runs (`make test-long`,
 # marker long), `make test-fast` the tests that start no vLLM server or training run (-m "not slow"). All set up first.
-# Both run in TEST_WORKERS pytest-xdist workers, each module (or each session server's modules) on one worker, and
-# end with the time per test directory against its share (docs/testing.md: the layout, why two workers, the budget).
+# `make test-fast` runs in FAST_WORKERS pytest-xdist workers; `make test` in one process by default (TEST_WORKERS=0):
+# with two workers each keeps its own session servers, and on 24 GB the suite's servers then exhausted memory (kernel
+# reclaim, load 79, slower than one process: docs/testing.md). TEST_WORKERS=2 where memory allows. Both end with
+# the time per test directory against its share (docs/testing.md: the layout, the budget).
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 PYPROJECTS := pyproject.toml $(wildcard environments/*/pyproject.toml)
 STAMP := $(VENV)/.setup-$(shell cat $(PYPROJECTS) scripts/setup.sh scripts/setup_v1.sh requirements/v1.txt $(wildcard environments_v1/*/pyproject.toml) 2>/dev/null | sha256sum | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
-TEST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadgroup
+TEST_WORKERS ?= 0
+FAST_WORKERS ?= 2
 LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet
 
@@ -22,7 +24,7 @@ $(STAMP):
 	rm -f $(VENV)/.setup-* && touch $@
 
 test: setup lock-check
-	$(OFFLINE) $(BIN)/python -m pytest -m "not long" $(XDIST) --durations=30 $(PYTEST_ARGS); rc=$$?; \
+	$(OFFLINE) $(BIN)/python -m pytest -m "not long" -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 # Whole benchmark pipelines end to end at the smallest scale (marker `long`, 20+ min each: `rlvr pipeline`'s smoke)
@@ -32,7 +34,7 @@ test-long: setup
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 test-fast: setup
-	$(OFFLINE) $(BIN)/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
+	$(OFFLINE) $(BIN)/python -m pytest -m "not slow" -n $(FAST_WORKERS) --dist loadgroup $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 # The GPU checks (tests/gpu, marker gpu: bf16, chunked logprobs and the loss against CPU, master weights, DeepSpeed)
