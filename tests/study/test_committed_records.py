@@ -36,7 +36,7 @@ def test_a_fresh_clone_runs_only_the_cells_without_a_committed_record(tiny_model
     for record in (base, grpo):
         made = record["provenance"]
         assert len(made["commit"]) == 40 and made["machine"]["cores"] == len(os.sched_getaffinity(0))
-        assert made["machine"]["cpu"] and made["peak_rss_mb"] > 0 and made["command"].startswith("rlvr ")
+        assert made["machine"]["cpu"] and made["peak_rss_mb"] > 0 and made["command"].split()[0] == "rlvr"
         assert made["model_sha256"] == fingerprint(tiny_model)["sha256"]
     assert grpo["definition"]["training"]["learning_rate"] == 1e-3 and grpo["steps"] == 1
     assert grpo["after"]["reward"]["n"] == 3 and set(grpo["examples"][""]) == {"reward", "tool_execution_reward"}
