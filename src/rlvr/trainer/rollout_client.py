@@ -208,7 +208,7 @@ class RolloutClient:
         """`rollouts_per_example` rollouts of each row, scored group by group by the environment's rubric (verifiers'
         `generate` groups the rollouts of one example and scores each group when it finishes). `batch`: the
         training batch's index, part of every request's sampling seed."""
-        from rlvr.v1.env import V1Environment  # here: rlvr.v1 builds on this module
+        from rlvr.v1.env import V1Environment  # lazily: only v1 runs need the bridge
 
         start = time.perf_counter()
         if isinstance(env, V1Environment):  # a verifiers v1 environment: its episodes run in the bridge (rlvr.v1)
