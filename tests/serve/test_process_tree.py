@@ -1,6 +1,9 @@
 """Whichever process of a server's tree is SIGKILLed (the API server, vLLM's engine core, its worker), the rest of
 the tree dies with it, with nobody cleaning up (the launcher's `with` block is still open): no orphan keeps a core
-busy (rlvr.serve.engine.watch_parent). The death is named with the engine's last error when it logged one."""
+busy (rlvr.serve.engine.watch_parent). The death is named with the engine's last error when it logged one.
+
+The worker is killed while a weight update waits on it: the update must be answered (503), not left waiting on an
+engine that will never answer (rlvr.serve.gate.unless_engine_dies); before, the API server then never exited."""
 
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rlvr.serve.launch import engine_error, group_processes, launch
+from rlvr.serve.protocol import CPU_UPDATE_PATH
 
 pytestmark = pytest.mark.slow
 
@@ -52,6 +57,18 @@ def wait_until_gone(pids: list[int]) -> list[int]:
 VICTIMS = ("API server", "VLLM::EngineCore", "VLLM::Worker")
 
 
+def kill_worker_mid_update(server, worker: int, weights: Path, pool: ThreadPoolExecutor) -> httpx.Response:
+    """SIGKILL the worker while a weight update waits on it: the worker is stopped first (SIGSTOP), so the update's
+    reload is certainly pending in it when it dies. Returns the update's answer."""
+    os.kill(worker, signal.SIGSTOP)
+    update = pool.submit(httpx.post, f"{server.url}{CPU_UPDATE_PATH}", content=weights.read_bytes(),
+                         headers={"content-type": "application/octet-stream"}, timeout=DEATH_WAIT_S)
+    time.sleep(3)  # the upload (a few MB) is read and the pause done; the reload waits on the stopped worker
+    assert not update.done(), "the update was answered by a stopped worker"
+    os.kill(worker, signal.SIGKILL)
+    return update.result(timeout=DEATH_WAIT_S + 10)
+
+
 @pytest.mark.timeout(3600)  # three server starts at once on a machine that others may load heavily
 def test_killing_any_process_of_a_server_leaves_none_behind(tiny_model, tmp_path):
     """One server per victim, started at once (one start's wall time instead of three)."""
@@ -61,13 +78,18 @@ def test_killing_any_process_of_a_server_leaves_none_behind(tiny_model, tmp_path
         with ThreadPoolExecutor(len(starts)) as pool:
             servers = list(pool.map(stack.enter_context, starts))
         trees = {}
+        pool = stack.enter_context(ThreadPoolExecutor(1))
         for victim, server in zip(VICTIMS, servers, strict=True):
             tree = group_processes(server.pid)
             titles = {pid: title(pid) for pid in tree}
             by_title = {name: [pid for pid, t in titles.items() if t.startswith(name)] for name in VICTIMS[1:]}
             assert all(len(pids) == 1 for pids in by_title.values()), titles
-            target = server.pid if victim == "API server" else by_title[victim][0]
-            os.kill(target, signal.SIGKILL)
+            if victim == "VLLM::Worker":
+                answer = kill_worker_mid_update(server, by_title[victim][0], tiny_model / "model.safetensors", pool)
+                assert answer.status_code == 503 and "engine died during the weight update" in answer.text, (
+                    answer.status_code, answer.text)
+            else:
+                os.kill(server.pid if victim == "API server" else by_title[victim][0], signal.SIGKILL)
             trees[victim] = (tree, titles)
         for victim, server in zip(VICTIMS, servers, strict=True):
             tree, titles = trees[victim]

@@ -23,7 +23,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from rlvr.serve.gate import WeightUpdateGate
+from rlvr.serve.gate import WeightUpdateGate, engine_died, unless_engine_dies
 from rlvr.serve.protocol import (
     CPU_UPDATE_FROM_PATH,
     CPU_UPDATE_PATH,
@@ -121,20 +121,31 @@ def add_cpu_routes(
         if num_tensors == 0:
             return _error(400, f"{source} is a safetensors file with no tensors")
         start = time.perf_counter()
-        await gate.pause()
         try:
-            reload_start = time.perf_counter()
-            await engine.collective_rpc("reload_weights_from_file", args=(str(path),))
-            reload_seconds = time.perf_counter() - reload_start
+            await gate.pause()
+            try:
+                reload_start = time.perf_counter()
+                await unless_engine_dies(
+                    engine, engine.collective_rpc("reload_weights_from_file", args=(str(path),))
+                )
+                reload_seconds = time.perf_counter() - reload_start
+            finally:
+                if not engine.errored:
+                    await gate.resume()
         except Exception as exc:
+            if await engine_died(engine):  # the call failed with EngineDeadError or a plain "cancelled" Exception
+                logger.error("the engine died during a weight update (%s: %s)", type(exc).__name__, exc)
+                return _error(
+                    503,
+                    "the engine died during the weight update (its error is in this server's log); the server is "
+                    "shutting down: start it again, then send the weights again",
+                )
             logger.exception("weight update failed")
             return _error(
                 500,
                 f"loading the new weights failed ({type(exc).__name__}: {exc}); the engine may hold a mix "
                 "of old and new weights: send a complete state dict again",
             )
-        finally:
-            await gate.resume()
         seconds = time.perf_counter() - start
         logger.info(
             "weights updated: %d tensors in %.3f s, of which the workers' reload %.3f s (version %d)",

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from rlvr.serve.gate import WeightUpdateGate
+from rlvr.serve.gate import WeightUpdateGate, unless_engine_dies
 from rlvr.serve.protocol import (
     CLOSE_COMMUNICATOR_PATH,
     CPU_UPDATE_PATH,
@@ -61,7 +61,12 @@ def add_nccl_routes(
             return nccl_on_cpu
         data = await request.json()
         in_background(
-            engine.collective_rpc("init_communicator", args=(data["host"], data["port"], data["world_size"]))
+            unless_engine_dies(
+                engine,
+                engine.collective_rpc(
+                    "init_communicator", args=(data["host"], data["port"], data["world_size"])
+                ),
+            )
         )
         return {"status": "ok"}
 
@@ -74,8 +79,11 @@ def add_nccl_routes(
         async def update() -> None:
             async with nccl_slots:
                 await gate.pause()
-                await engine.collective_rpc(
-                    "update_named_param", args=(data["name"], data["dtype"], tuple(data["shape"]))
+                await unless_engine_dies(
+                    engine,
+                    engine.collective_rpc(
+                        "update_named_param", args=(data["name"], data["dtype"], tuple(data["shape"]))
+                    ),
                 )
 
         in_background(update())
@@ -99,5 +107,5 @@ def add_nccl_routes(
     async def close_communicator():
         if on_cpu:
             return nccl_on_cpu
-        await engine.collective_rpc("close_communicator")
+        await unless_engine_dies(engine, engine.collective_rpc("close_communicator"))
         return {"status": "ok"}
