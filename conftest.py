@@ -65,32 +65,76 @@ def smol_model() -> Path:
     return models.prepare("smollm2-135m")
 
 
-# The session servers' KV cache: 0.5 GB holds far more than the tests' short sequences (tiny-random: ~1M tokens,
-# SmolLM2: ~23k, above its 8,192-token context), where the default 2 GB each would bring two workers' servers near
-# a 24 GB machine's limit. Their start-up may wait 10 min: 45 s on an idle machine, but 5 min was seen to pass
-# before the first log line on one loaded by other work.
-SESSION_SERVER_ARGS = ("--kv-cache-gb", "0.5")
+# Every server the suite starts (the session servers, a module's own, one that `rlvr train` or a study starts in a
+# subprocess) gets a 0.5 GiB KV cache instead of rlvr serve's 2 GiB default: that holds far more than the tests'
+# short sequences (tiny-random: ~1M tokens, SmolLM2: ~23k, above its 8,192-token context), and two workers' servers
+# at 2 GiB each brought a 24 GB machine into kernel reclaim. Their start-up may wait 10 min: 45 s on an idle
+# machine, but 5 min was seen to pass before the first log line on one loaded by other work.
+os.environ.setdefault("RLVR_KV_CACHE_GB", "0.5")
 SESSION_SERVER_TIMEOUT_S = 600
 
 
-def _serve(model: str, *extra_args: str):
-    from rlvr.serve import launch
+class SessionServer:
+    """A session server, started when a test first reads it and stopped after the last test of this process that
+    asks for it (`pytest_runtest_teardown`): the tests that share it run one after another (the order of
+    `share_session_servers`), so a worker does not keep a server it no longer needs while it starts others. Reads
+    of a running server's fields (`url`, `base_url`, `model`, `port`, `exit_code()`, ...) go to `rlvr.serve.Server`.
+    """
 
-    return launch(model=model, extra_args=[*SESSION_SERVER_ARGS, *extra_args], timeout=SESSION_SERVER_TIMEOUT_S)
+    def __init__(self, model: str, *extra_args: str):
+        self._model, self._extra_args = model, extra_args
+        self._context = self._server = None
+
+    def __getattr__(self, name: str):  # only for names this object does not have itself
+        if self._server is None:
+            from rlvr.serve import launch
+
+            self._context = launch(model=self._model, extra_args=list(self._extra_args),
+                                   timeout=SESSION_SERVER_TIMEOUT_S)
+            self._server = self._context.__enter__()
+        return getattr(self._server, name)
+
+    def stop(self) -> None:
+        if self._context is not None:
+            context, self._context, self._server = self._context, None, None
+            context.__exit__(None, None, None)
+
+
+# One per process; the training server is not among them: it is used by most slow modules, so it lives for the
+# whole session (a restart costs more than its memory).
+SESSION_SERVERS = {
+    "tiny_server": SessionServer("tiny-random"),
+    "smol_server": SessionServer("smollm2-135m"),
+}
 
 
 @pytest.fixture(scope="session")
 def tiny_server(tiny_model):
-    """One `rlvr serve` of tiny-random for the whole session. Never change its weights."""
-    with _serve("tiny-random") as server:
-        yield server
+    """One `rlvr serve` of tiny-random, shared by the tests of a session. Never change its weights."""
+    yield SESSION_SERVERS["tiny_server"]
+    SESSION_SERVERS["tiny_server"].stop()
 
 
 @pytest.fixture(scope="session")
 def smol_server(smol_model):
-    """One `rlvr serve` of SmolLM2-135M for the whole session. Never change its weights."""
-    with _serve("smollm2-135m") as server:
-        yield server
+    """One `rlvr serve` of SmolLM2-135M, shared by the tests of a session. Never change its weights."""
+    yield SESSION_SERVERS["smol_server"]
+    SESSION_SERVERS["smol_server"].stop()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Stop a session server after the last test of this process that uses it (the next one does not; under
+    xdist, `nextitem` is the next test this worker was given). A later test that asks for it starts it again."""
+    for name, server in SESSION_SERVERS.items():
+        if uses(item, name) and (nextitem is None or not uses(nextitem, name)):
+            server.stop()
+
+
+def uses(item, fixture: str) -> bool:
+    """Whether a test uses the fixture, by name or as the parameter of one (`request.getfixturevalue(param)`)."""
+    callspec = getattr(item, "callspec", None)
+    return fixture in item.fixturenames or (callspec is not None and fixture in callspec.params.values())
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +143,9 @@ def training_server(tiny_model):
     rlvr view's): a run pushes its weights before its first batch, so what an earlier run left there does not matter,
     and the shared servers above keep theirs. fp32 like the trainer on CPU (vLLM's CPU default is bf16), so that
     the server's logprobs can be compared with the trainer's to float32 rounding."""
-    with _serve("tiny-random", "--dtype", "float32") as server:
+    from rlvr.serve import launch
+
+    with launch(model="tiny-random", extra_args=["--dtype", "float32"], timeout=SESSION_SERVER_TIMEOUT_S) as server:
         yield server
 
 
@@ -205,8 +251,8 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.slow)
         item.warn(pytest.PytestUnknownMarkWarning(
             f"{item.nodeid} starts a vLLM server but is not marked slow: add `pytestmark = pytest.mark.slow`"))
-    if config.getoption("dist", "no") == "loadgroup":
-        share_session_servers(items)
+    # in any run: the order keeps each session server's tests together (see SessionServer)
+    share_session_servers(items, groups=config.getoption("dist", "no") == "loadgroup")
 
 
 # ------------------------------------------------------------------------------------------ scheduling the workers
@@ -236,9 +282,10 @@ LONGEST_FIRST = (
 )
 
 
-def share_session_servers(items) -> None:
-    """Mark every test of a module that uses a shared fixture of SHARED_UNITS with that unit's xdist group (the
-    first in LONGEST_FIRST if it uses two), and put the items in scheduling order (stable within a module)."""
+def share_session_servers(items, *, groups: bool) -> None:
+    """Put the items in scheduling order (stable within a module) and, with `groups`, mark every test of a module
+    that uses a shared fixture of SHARED_UNITS with that unit's xdist group (the first in LONGEST_FIRST if it uses
+    two)."""
     shared = defaultdict(set)
     slow_modules = set()
     for item in items:
@@ -249,10 +296,10 @@ def share_session_servers(items) -> None:
     unit = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
-        groups = sorted(shared[item.path], key=LONGEST_FIRST.index)
-        if groups:
-            item.add_marker(pytest.mark.xdist_group(groups[0]))
-        unit[item] = groups[0] if groups else module
+        units = sorted(shared[item.path], key=LONGEST_FIRST.index)
+        if units and groups:
+            item.add_marker(pytest.mark.xdist_group(units[0]))
+        unit[item] = units[0] if units else module
 
     def order(item) -> int:
         if unit[item] in LONGEST_FIRST:
@@ -337,12 +384,14 @@ class DirectoryTimes:
     def __init__(self):
         self.seconds: dict[str, float] = defaultdict(float)
         self.tests: dict[str, int] = defaultdict(int)
+        self.modules: dict[str, float] = defaultdict(float)
         self.start = time.monotonic()
 
     def pytest_runtest_logreport(self, report):  # in the xdist controller too: the workers' reports
         area = area_of(report.nodeid)
         self.seconds[area] += report.duration
         self.tests[area] += report.when == "setup"
+        self.modules[report.nodeid.split("::", 1)[0]] += report.duration
 
     def pytest_terminal_summary(self, terminalreporter, config):
         total = sum(self.seconds.values())
@@ -363,4 +412,10 @@ class DirectoryTimes:
             write(f"{area:32} {self.tests[area]:5d} {seconds / 60:8.1f} {share:5.1f}% {limit_text:>6} {verdict}".rstrip())
         write(f"{'all':32} {sum(self.tests.values()):5d} {total / 60:8.1f} (test time, summed over the workers); "
               f"wall {(time.monotonic() - self.start) / 60:.1f} min")
+        # the modules to keep LONGEST_FIRST in step with (the workers' units are modules); also kept in pytest's
+        # cache (.pytest_cache, key rlvr/module_seconds) for reading after the run
+        slowest = sorted(self.modules.items(), key=lambda kv: -kv[1])[:15]
+        write("slowest modules: " + ", ".join(f"{module} {seconds:.0f} s" for module, seconds in slowest))
+        if config.cache is not None:
+            config.cache.set("rlvr/module_seconds", dict(sorted(self.modules.items(), key=lambda kv: -kv[1])))
 

@@ -14,7 +14,7 @@ from rlvr.serve.admin import AdminTokenMiddleware
 from rlvr.serve.client import CPUWeightSyncClient
 from rlvr.serve.cpu_routes import WeightsPathError, weights_file
 from rlvr.serve.launch import dtype_args
-from rlvr.serve.options import ServeError, parse_args, vllm_argv
+from rlvr.serve.options import KV_CACHE_ENV, ServeError, parse_args, vllm_argv
 from rlvr.serve.protocol import ADMIN_HEADER, ADMIN_PATHS, is_loopback
 from rlvr.serve.staging import StagingFile, state_tensors
 
@@ -52,12 +52,29 @@ def test_flags_that_rlvr_sets_are_refused(flag):
         parse_args(["--model", "tiny-random", flag, "other"])
 
 
-def test_bad_kv_cache_size_is_refused():
+def test_bad_kv_cache_size_is_refused(monkeypatch):
     with pytest.raises(ServeError, match="--kv-cache-gb"):
         parse_args(["--model", "tiny-random", "--kv-cache-gb", "0"])
+    for bad in ("0", "-1", "two"):
+        monkeypatch.setenv(KV_CACHE_ENV, bad)
+        with pytest.raises(ServeError, match=f"RLVR_KV_CACHE_GB={bad!r}: must be a positive number of GiB"):
+            parse_args(["--model", "tiny-random"])
 
 
-def test_vllm_argv_cpu_defaults_and_passthrough_wins():
+def test_the_cpu_kv_cache_default_comes_from_the_environment_unless_given(monkeypatch):
+    monkeypatch.setenv(KV_CACHE_ENV, "0.5")
+    options, _ = parse_args(["--model", "tiny-random"])
+    argv = vllm_argv(options, "/models/tiny", [], on_cpu=True, tools=False)
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(2**29)
+    options, _ = parse_args(["--model", "tiny-random", "--kv-cache-gb", "3"])
+    argv = vllm_argv(options, "/models/tiny", [], on_cpu=True, tools=False)
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == str(3 * 2**30)
+    assert "--kv-cache-memory-bytes" not in vllm_argv(options.__class__(**{**options.__dict__, "kv_cache_gb": None}),
+                                                      "org/model", [], on_cpu=False, tools=False)
+
+
+def test_vllm_argv_cpu_defaults_and_passthrough_wins(monkeypatch):
+    monkeypatch.delenv(KV_CACHE_ENV, raising=False)  # the test suite sets it (conftest.py)
     options, passthrough = parse_args(
         ["--model", "tiny-random", "--port", "9000", "--no-enforce-eager", "--seed", "3"]
     )

@@ -25,8 +25,8 @@ def run(coro):
     return asyncio.run(coro)
 
 
-@pytest.fixture(params=["tiny_server", "smol_server"])
-def server(request):
+@pytest.fixture(scope="module", params=["tiny_server", "smol_server"])  # module: pytest runs each server's tests
+def server(request):  # together, so the SmolLM2 server is started once (conftest.SessionServer)
     return request.getfixturevalue(request.param)
 
 

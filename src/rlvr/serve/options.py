@@ -14,6 +14,9 @@ from rlvr.serve.protocol import ADMIN_TOKEN_ENV, CPU_UPDATE_FROM_PATH, is_loopba
 
 WORKER_EXTENSION = "rlvr.serve.worker.WeightSyncWorkerExtension"
 DEFAULT_CPU_KV_CACHE_GB = 2.0
+# Overrides DEFAULT_CPU_KV_CACHE_GB for every server started without --kv-cache-gb, e.g. by `rlvr train` or a study:
+# a machine that runs several small servers at once (the test suite sets 0.5) keeps their memory in check.
+KV_CACHE_ENV = "RLVR_KV_CACHE_GB"
 LOG_FORMAT = "%(levelname)s %(asctime)s [%(name)s] %(message)s"
 
 
@@ -49,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--kv-cache-gb",
         type=float,
         default=None,
-        help=f"KV cache size in GiB (vLLM --kv-cache-memory-bytes); default {DEFAULT_CPU_KV_CACHE_GB} on CPU, "
-        "vLLM's own on GPU",
+        help=f"KV cache size in GiB (vLLM --kv-cache-memory-bytes); default ${KV_CACHE_ENV} or "
+        f"{DEFAULT_CPU_KV_CACHE_GB} on CPU, vLLM's own on GPU",
     )
     parser.add_argument(
         "--admin-token",
@@ -70,11 +73,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def cpu_kv_cache_gb() -> float:
+    """The KV cache on CPU when --kv-cache-gb is not given: $RLVR_KV_CACHE_GB, else DEFAULT_CPU_KV_CACHE_GB."""
+    given = os.environ.get(KV_CACHE_ENV, "").strip()
+    if not given:
+        return DEFAULT_CPU_KV_CACHE_GB
+    try:
+        value = float(given)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise ServeError(
+            f"${KV_CACHE_ENV}={given!r}: must be a positive number of GiB (unset it for {DEFAULT_CPU_KV_CACHE_GB})"
+        )
+    return value
+
+
 def parse_args(argv: list[str]) -> tuple[ServeOptions, list[str]]:
     """Split `rlvr serve` argv into rlvr's options and the flags passed through to vLLM."""
     known, passthrough = build_parser().parse_known_args(argv)
     if known.kv_cache_gb is not None and known.kv_cache_gb <= 0:
         raise ServeError(f"--kv-cache-gb must be positive, got {known.kv_cache_gb}")
+    cpu_kv_cache_gb()  # a bad $RLVR_KV_CACHE_GB is refused before vLLM starts
     options = ServeOptions(
         model=known.model,
         host=known.host,
@@ -115,7 +135,7 @@ def vllm_argv(
     kv_cache_gb = (
         options.kv_cache_gb
         if options.kv_cache_gb is not None
-        else (DEFAULT_CPU_KV_CACHE_GB if on_cpu else None)
+        else (cpu_kv_cache_gb() if on_cpu else None)
     )
     if kv_cache_gb is not None:
         argv += ["--kv-cache-memory-bytes", str(int(kv_cache_gb * 2**30))]
