@@ -142,10 +142,13 @@ def training_server(tiny_model):
     """One fp32 `rlvr serve` of tiny-random that training runs share (the trainer tests', the CLI's, the environments',
     rlvr view's): a run pushes its weights before its first batch, so what an earlier run left there does not matter,
     and the shared servers above keep theirs. fp32 like the trainer on CPU (vLLM's CPU default is bf16), so that
-    the server's logprobs can be compared with the trainer's to float32 rounding."""
+    the server's logprobs can be compared with the trainer's to float32 rounding. With vLLM's token-in route
+    (`--enable-scale-out`, which adds routes and changes nothing else) for the verifiers v1 bridge's runs."""
     from rlvr.serve import launch
+    from rlvr.v1.bridge import SERVE_FLAGS
 
-    with launch(model="tiny-random", extra_args=["--dtype", "float32"], timeout=SESSION_SERVER_TIMEOUT_S) as server:
+    with launch(model="tiny-random", extra_args=["--dtype", "float32", *SERVE_FLAGS],
+                timeout=SESSION_SERVER_TIMEOUT_S) as server:
         yield server
 
 

@@ -1,6 +1,8 @@
 """The bridge for real: verifiers 0.4 in .venv-v1 runs v1 episodes against a tiny-random `rlvr serve`, and rlvr
-trains on them; broken v1 environments end in one clear error, never a hang. The server is this module's own:
-verifiers v1 samples through vLLM's /inference/v1/generate, which needs --enable-scale-out (rlvr.v1.bridge)."""
+trains on them; broken v1 environments end in one clear error, never a hang. The server is the session's training
+server: verifiers v1 samples through vLLM's /inference/v1/generate, which needs --enable-scale-out
+(rlvr.v1.bridge.SERVE_FLAGS), and the training server is started with it (conftest.py); the tiny_server, without it,
+shows the error a server without that route gets."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 
 from rlvr import models
 from rlvr.v1 import V1Environment, V1Error
-from rlvr.v1.bridge import SERVE_FLAGS, check_generate
+from rlvr.v1.bridge import check_generate
 
 pytestmark = pytest.mark.slow
 
@@ -25,28 +27,20 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 SAMPLING = {"temperature": 1.0, "max_tokens": 8}
 
 
-@pytest.fixture(scope="module")
-def v1_server(tiny_model):
-    from rlvr.serve import launch
-
-    with launch(model="tiny-random", extra_args=[*SERVE_FLAGS, "--dtype", "float32"], timeout=900) as server:
-        yield server
-
-
 def rollouts(env: V1Environment, server, **kwargs):
     rows = [{"example_id": t["idx"], "prompt": t["prompt"]} for t in env.tasks()]
     return env.rollouts(rows, 2, url=server.url, model="tiny-random", model_path=models.resolve("tiny-random"),
                         sampling_args=SAMPLING, max_concurrent=4, seed=0, **kwargs)
 
 
-@pytest.mark.timeout(3600)  # the module's server start and a training run on a machine others may load
-def test_train_three_steps_through_the_bridge(v1_server, tmp_path):
+@pytest.mark.timeout(3600)  # the session server's start and a training run on a machine others may load
+def test_train_three_steps_through_the_bridge(training_server, tmp_path):
     """`rlvr train` on v1-calculator (multi-turn, a tool, turn rewards) with a turn-level estimator."""
     run_dir = tmp_path / "run"
     settings = dict(max_steps=3, batch_size=8, rollouts_per_example=4, micro_batch_size=8, max_tokens_per_turn=8,
                     max_seq_len=512, report_to="none", logging_steps=1, progress="false")
     command = [sys.executable, "-m", "rlvr.cli", "train", "--env", "v1:v1-calculator", "--model", "tiny-random",
-               "--algo", "mt_grpo", "--server", v1_server.url, "-o", str(run_dir),
+               "--algo", "mt_grpo", "--server", training_server.url, "-o", str(run_dir),
                "-a", json.dumps({"taskset": {"num_tasks": 8}})]
     command += [arg for k, v in settings.items() for arg in ("-s", f"{k}={v}")]
     result = subprocess.run(command, cwd=REPO, env={**os.environ, **OFFLINE}, capture_output=True, text=True,
@@ -64,11 +58,11 @@ def test_train_three_steps_through_the_bridge(v1_server, tmp_path):
     assert (run_dir / "final").is_dir()
 
 
-def test_evaluate(v1_server, tmp_path):
+def test_evaluate(training_server, tmp_path):
     """`rlvr evaluate` on a v1 environment: the metrics table and results in vf-eval's layout, turn rewards too."""
     out = tmp_path / "eval"
     result = subprocess.run([sys.executable, "-m", "rlvr.cli", "evaluate", "--env", "v1:v1-calculator", "--endpoint",
-                             f"{v1_server.url}/v1", "-n", "2", "-r", "2", "--max-tokens", "8", "-o", str(out),
+                             f"{training_server.url}/v1", "-n", "2", "-r", "2", "--max-tokens", "8", "-o", str(out),
                              "-a", json.dumps({"taskset": {"num_tasks": 4}})],
                             cwd=REPO, env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -79,10 +73,10 @@ def test_evaluate(v1_server, tmp_path):
     assert summary["reward"]["n"] == 4 and "turn/1/reward" in summary
 
 
-def test_episodes_carry_the_servers_tokens(v1_server):
+def test_episodes_carry_the_servers_tokens(training_server):
     env = V1Environment("v1:v1-calculator", {"taskset": {"num_tasks": 2}})
     try:
-        got = rollouts(env, v1_server)
+        got = rollouts(env, training_server)
     finally:
         env.close()
     assert [r.example_id for r in got] == [0, 0, 1, 1]
@@ -98,34 +92,34 @@ def test_episodes_carry_the_servers_tokens(v1_server):
     ("hang", 5, r"every episode .* failed: the episode outlived its 5 s limit and was cancelled"),
     ("block", 5, r"every episode .* failed: killed with the v1 worker at the batch's 35 s deadline"),
 ])
-def test_broken_environments_fail_in_one_line(v1_server, monkeypatch, mode, timeout, message):
+def test_broken_environments_fail_in_one_line(training_server, monkeypatch, mode, timeout, message):
     monkeypatch.setenv("PYTHONPATH", str(BROKEN))
     env = V1Environment("v1:v1-broken", {"taskset": {"mode": mode}, "rlvr": {"episode_timeout": timeout}})
     start = time.monotonic()
     try:
         with pytest.raises(V1Error, match=message) as caught:
-            rollouts(env, v1_server)
+            rollouts(env, training_server)
     finally:
         env.close()
     assert "\n" not in str(caught.value)
     assert time.monotonic() - start < timeout + 180  # the worker's start-up included
 
 
-def test_a_trace_without_token_ids_is_named(v1_server):
+def test_a_trace_without_token_ids_is_named(training_server):
     """An agent pinned to verifiers' eval client gets answers without token ids: nothing to train on."""
-    client = {"type": "eval", "base_url": f"{v1_server.url}/v1", "api_key_var": "RLVR_V1_API_KEY"}
+    client = {"type": "eval", "base_url": f"{training_server.url}/v1", "api_key_var": "RLVR_V1_API_KEY"}
     env = V1Environment("v1:v1-calculator", {"taskset": {"num_tasks": 1}, "agent": {"client": client}})
     try:
         with pytest.raises(V1Error, match="carries no token ids .* TrainClientConfig"):
-            rollouts(env, v1_server)
+            rollouts(env, training_server)
     finally:
         env.close()
 
 
-@pytest.mark.timeout(3600)  # the shared training server's start when this module is the first to ask for it
-def test_what_cannot_run_here_is_named(training_server):
+@pytest.mark.timeout(3600)  # the shared server's start when this module is the first to ask for it
+def test_what_cannot_run_here_is_named(tiny_server):
     with pytest.raises(V1Error, match="does not serve /inference/v1/generate .* --enable-scale-out"):
-        check_generate(training_server.url, "tiny-random")
+        check_generate(tiny_server.url, "tiny-random")
     hosted = V1Environment("v1:v1-calculator", {"agent": {"runtime": {"type": "prime"}}})
     with pytest.raises(V1Error, match="'prime' runtime, which rlvr's bridge cannot run here.*subprocess"):
         hosted.tasks()
