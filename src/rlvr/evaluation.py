@@ -40,6 +40,18 @@ def installed_environment_names() -> list[str]:
     return sorted(env.name for env in installed_environments())
 
 
+def server_flags(*envs: Any) -> list[str]:
+    """The `rlvr serve` flags (passed through to vLLM) that these environments' rollouts need from a server started
+    for them: a verifiers v1 environment samples through vLLM's token route (`rlvr.v1.bridge.SERVE_FLAGS`).
+    `envs`: loaded environments or their names."""
+    names = [env if isinstance(env, str) else getattr(env, "env_id", None) or "" for env in envs]
+    if any(name.startswith("v1:") for name in names):
+        from rlvr.v1.bridge import SERVE_FLAGS
+
+        return list(SERVE_FLAGS)
+    return []
+
+
 def load_env(name: str, env_args: dict[str, Any] | None = None):
     """``vf.load_environment`` with errors that say what to fix: unknown ids list the installed environments,
     misspelt arguments get the closest valid name, failures inside ``load_environment`` show their own message."""

@@ -165,3 +165,16 @@ def test_anchor_states_for_gigpo():
     credited = assign_advantages([rollout, other], "gigpo", {})
     assert credited[0].advantages[0] > credited[1].advantages[0]
     assert not to_rollout(tool_trace(), **WHERE).state_keys
+
+
+def test_a_server_started_for_a_v1_environment_gets_the_token_route():
+    """`rlvr train / evaluate / predict / benchmark` without a server of the user's start one with these flags."""
+    from rlvr.evaluation import server_flags
+    from rlvr.v1 import V1Environment
+    from rlvr.v1.bridge import SERVE_FLAGS
+
+    assert SERVE_FLAGS == ("--enable-scale-out",)
+    assert server_flags("v1:v1-calculator") == ["--enable-scale-out"]
+    assert server_flags(V1Environment("v1:v1-calculator")) == ["--enable-scale-out"]
+    assert server_flags("vf-triviaqa-search") == [] and server_flags() == []
+    assert server_flags("vf-triviaqa-search", "v1:v1-calculator") == ["--enable-scale-out"]

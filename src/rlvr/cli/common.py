@@ -37,9 +37,10 @@ def parse_env_args(text: str) -> dict:
 
 
 @contextmanager
-def endpoint(model: str | None, url: str | None) -> Iterator[tuple[str, str, KeptServer | None]]:
+def endpoint(model: str | None, url: str | None, envs: tuple = ()) -> Iterator[tuple[str, str, KeptServer | None]]:
     """(base_url, served model name, the server when started here): attach to ``url``, or serve ``model`` with
-    `rlvr serve` for the duration (restarted if it dies: `rlvr.evaluation.run_rollouts(server=...)`)."""
+    `rlvr serve` for the duration (restarted if it dies: `rlvr.evaluation.run_rollouts(server=...)`), with the
+    flags the environments `envs` need (`rlvr.evaluation.server_flags`)."""
     if (model is None) == (url is None):
         raise fail("give exactly one of --model (start a server here) or --endpoint URL (use a running one)")
     if url is not None:
@@ -59,7 +60,7 @@ def endpoint(model: str | None, url: str | None) -> Iterator[tuple[str, str, Kep
     except models.ModelError as err:
         raise fail(str(err)) from err
     console.print(f"starting rlvr serve for {model} (about a minute on CPU)...")
-    with keep_serving(model) as server:
+    with keep_serving(model, extra_args=evaluation.server_flags(*envs)) as server:
         yield server.base_url, server.model, server
 
 

@@ -57,7 +57,7 @@ def evaluate(
     """Evaluate a model on an environment: a metrics table and results in vf-eval's layout."""
     args = parse_env_args(env_args)
     vf_env = load_env_or_exit(env, args)
-    with endpoint(model, url) as (base_url, served, server):
+    with endpoint(model, url, (vf_env,)) as (base_url, served, server):
         client = None
         if search is not None:
             from rlvr.offline.search import SearchError, search_client
@@ -103,7 +103,7 @@ def predict(
     if split not in {"eval", "train"}:
         raise fail(f"--split must be 'eval' or 'train', got {split!r}")
     vf_env = load_env_or_exit(env, parse_env_args(env_args))
-    with endpoint(model, url) as (base_url, served, server):
+    with endpoint(model, url, (vf_env,)) as (base_url, served, server):
         try:
             results = evaluation.run_rollouts(
                 vf_env, base_url=base_url, model=served, num_examples=num_examples,
@@ -140,7 +140,7 @@ def benchmark(
     env_list = [e.strip() for e in envs.split(",") if e.strip()]
     cells = []
     for model in [m.strip() for m in models.split(",") if m.strip()]:
-        with endpoint(model, None) as (base_url, served, server):
+        with endpoint(model, None, tuple(env_list)) as (base_url, served, server):
             for env in env_list:
                 for retriever in retriever_list:
                     args = dict(base_args, **({"retriever": retriever} if retriever else {}))

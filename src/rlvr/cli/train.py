@@ -251,6 +251,7 @@ def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: P
     """Run the plan in `num_processes` workers (`launch_command`); the rollout server is started once here, outside
     the workers, and restarted here if it dies (`LauncherServer`). Across machines this runs on every machine, each
     writing its own plan file; the server is the user's (`--server`, on its own host)."""
+    from rlvr.evaluation import server_flags
     from rlvr.io import atomic_write_json
     from rlvr.serve import launch
     from rlvr.trainer import ConfigError
@@ -287,7 +288,7 @@ def launch_distributed(plan: TrainPlan, num_processes: int, accelerate_config: P
     else:
         with contextlib.ExitStack() as stack:
             server = LauncherServer(lambda port: stack.enter_context(
-                launch(model=plan.model, port=port, dtype=serving_dtype(bf16))))
+                launch(model=plan.model, port=port, dtype=serving_dtype(bf16), extra_args=server_flags(plan.env))))
             run(server.server.url, server.check)
 
 

@@ -24,6 +24,7 @@ import verifiers as vf
 from accelerate import PartialState
 from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 
+from rlvr.evaluation import server_flags
 from rlvr.io import atomic_write_json
 from rlvr.trainer.checkpoint import check_resume, read_run_state
 from rlvr.trainer.config import ConfigError, OnPolicyConfig
@@ -152,12 +153,14 @@ def run_training(
             "env_args": env_args or {}, "server_url": server_url, "resumed_from": checkpoint,
             "training": config.to_dict(),
         })
+    # what the environment's rollouts need from a server started for them (a v1 environment: vLLM's token route)
+    extra_args = [*(serve_args or []), *(f for f in server_flags(env) if f not in (serve_args or []))]
     with contextlib.ExitStack() as stack:
         def serve(port: int | None = None):
             """A server for this run, stopped when run_training returns (a restart takes the old one's port)."""
             from rlvr.serve import launch
 
-            return stack.enter_context(launch(model=model, port=port, extra_args=serve_args or [],
+            return stack.enter_context(launch(model=model, port=port, extra_args=extra_args,
                                               dtype=serving_dtype(config.bf16, serve_args or [])))
 
         started = serve() if server_url is None and is_main else None
