@@ -1,5 +1,5 @@
-"""Fixtures of the two-machine loopback tests: the rollout server, a process on its own port (fp32 tiny-random), and
-the reference run (one machine, two ranks)."""
+"""Fixtures of the two-machine loopback tests: the rollout server, a process on its own port (the session's fp32
+tiny-random training server), and the reference run (one machine, two ranks)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from two_machines import STEPS, WAIT_S, Training, environment, train_command, tr
 
 
 @pytest.fixture(scope="session")
-def rollout_server():
-    from rlvr.serve.launch import launch
-
-    with launch(model="tiny-random", extra_args=["--dtype", "float32"], timeout=600) as server:
-        yield server
+def rollout_server(training_server):
+    """The third "host": every run pushes its weights before its first batch, so the shared training server serves
+    each run as a server of its own would."""
+    return training_server
 
 
 @pytest.fixture(scope="session")
