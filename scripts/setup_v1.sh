@@ -13,7 +13,9 @@ stamp="$VENV/.setup-$(cat requirements/v1.txt environments_v1/*/pyproject.toml s
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip "$@"; }
 pip install -q -r requirements/v1.txt
-editable=()
+# rlvr itself, without its dependencies (they pin verifiers 0.1.9): v1 environments ported from rlvr's import the
+# parts that need neither verifiers nor torch, e.g. v1-credit-suite imports rlvr.suite.tasks (docs/v1.md)
+editable=(-e .)
 for env in environments_v1/*/; do [ -f "$env/pyproject.toml" ] && editable+=(-e "$env"); done
 [ ${#editable[@]} -eq 0 ] || pip install -q --no-deps "${editable[@]}"
 "$VENV/bin/python" -c 'import verifiers, verifiers.v1; print("setup_v1 ok: verifiers", verifiers.__version__)'
