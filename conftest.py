@@ -412,7 +412,7 @@ class DirectoryTimes:
             limit = budget.get(area)
             verdict = ("no budget: give the area a share in docs/testing.md" if limit is None
                        else "OVER BUDGET" if whole and share > limit else "")
-            limit_text = "-" if limit is None else f"{limit:.0f}%"
+            limit_text = "-" if limit is None else f"{limit:g}%"
             write(f"{area:32} {self.tests[area]:5d} {seconds / 60:8.1f} {share:5.1f}% {limit_text:>6} {verdict}".rstrip())
         write(f"{'all':32} {sum(self.tests.values()):5d} {total / 60:8.1f} (test time, summed over the workers); "
               f"wall {(time.monotonic() - self.start) / 60:.1f} min")

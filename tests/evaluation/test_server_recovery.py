@@ -114,8 +114,16 @@ def kill_engine_core(server) -> None:
     (engine,) = [pid for pid in group_processes(server.pid)
                  if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"VLLM::EngineCore")]
     os.kill(engine, signal.SIGKILL)
-    while server.exit_code() is None and httpx.get(f"{server.url}/health").status_code == 200:
+    while server.exit_code() is None and answers_health(server):
         time.sleep(0.2)  # the API server notices its engine's death: the next call fails
+
+
+def answers_health(server) -> bool:
+    """False once the API server has closed its socket too (it may exit before `exit_code()` sees it)."""
+    try:
+        return httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 @pytest.mark.slow
