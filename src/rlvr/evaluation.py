@@ -40,16 +40,17 @@ def installed_environment_names() -> list[str]:
     return sorted(env.name for env in installed_environments())
 
 
-def server_flags(*envs: Any) -> list[str]:
-    """The `rlvr serve` flags (passed through to vLLM) that these environments' rollouts need from a server started
-    for them: a verifiers v1 environment samples through vLLM's token route (`rlvr.v1.bridge.SERVE_FLAGS`).
-    `envs`: loaded environments or their names."""
+def server_flags(*envs: Any, given: Sequence[str] = ()) -> list[str]:
+    """The `rlvr serve` flags (passed through to vLLM) for a server started for these environments' rollouts: the
+    `given` ones, then those the environments need that `given` lacks (a verifiers v1 environment samples through
+    vLLM's token route, `rlvr.v1.bridge.SERVE_FLAGS`). `envs`: loaded environments or their names."""
     names = [env if isinstance(env, str) else getattr(env, "env_id", None) or "" for env in envs]
+    needed: tuple[str, ...] = ()
     if any(name.startswith("v1:") for name in names):
         from rlvr.v1.bridge import SERVE_FLAGS
 
-        return list(SERVE_FLAGS)
-    return []
+        needed = SERVE_FLAGS
+    return [*given, *(flag for flag in needed if flag not in given)]
 
 
 def load_env(name: str, env_args: dict[str, Any] | None = None):

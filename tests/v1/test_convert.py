@@ -178,3 +178,7 @@ def test_a_server_started_for_a_v1_environment_gets_the_token_route():
     assert server_flags(V1Environment("v1:v1-calculator")) == ["--enable-scale-out"]
     assert server_flags("vf-triviaqa-search") == [] and server_flags() == []
     assert server_flags("vf-triviaqa-search", "v1:v1-calculator") == ["--enable-scale-out"]
+    # the user's flags come first, and one they already give is not repeated
+    assert server_flags("v1:x", given=["--kv-cache-gb", "1"]) == ["--kv-cache-gb", "1", "--enable-scale-out"]
+    assert server_flags("v1:x", given=["--enable-scale-out"]) == ["--enable-scale-out"]
+    assert server_flags("vf-triviaqa-search", given=["--seed", "3"]) == ["--seed", "3"]

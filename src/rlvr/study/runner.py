@@ -419,9 +419,8 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
         console.print(f"{len(bases)} base evaluation(s) and {len(cells)} cell(s) to run; starting rlvr serve for "
                       f"{settings.model} (log {layout.server_log})...")
         # restarted on its port when it dies during an evaluation (rlvr.evaluation.ServerRecovery)
-        server_args = [*settings.server_args,
-                       *(f for f in evaluation.server_flags(settings.env) if f not in settings.server_args)]
-        with keep_serving(settings.model, dtype=settings.server_dtype, extra_args=server_args,
+        with keep_serving(settings.model, dtype=settings.server_dtype,
+                          extra_args=evaluation.server_flags(settings.env, given=settings.server_args),
                           log_file=layout.server_log, timeout=server_timeout) as server:
             for seed in bases:
                 run_base(envs, server, settings, layout, seed, manifest)

@@ -154,7 +154,7 @@ def run_training(
             "training": config.to_dict(),
         })
     # what the environment's rollouts need from a server started for them (a v1 environment: vLLM's token route)
-    extra_args = [*(serve_args or []), *(f for f in server_flags(env) if f not in (serve_args or []))]
+    extra_args = server_flags(env, given=serve_args or [])
     with contextlib.ExitStack() as stack:
         def serve(port: int | None = None):
             """A server for this run, stopped when run_training returns (a restart takes the old one's port)."""
