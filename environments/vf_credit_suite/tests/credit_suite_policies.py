@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from vf_credit_suite.env import INVALID_PREFIX, RESULT_PREFIX
-
+from rlvr.suite.protocol import INVALID_PREFIX, RESULT_PREFIX
 from rlvr.suite.tasks import Task, solve
 
 

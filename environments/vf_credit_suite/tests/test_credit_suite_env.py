@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 from vf_credit_suite import CREDIT_DEFAULTS, load_environment, parse_action
-from vf_credit_suite.env import INVALID_PREFIX, filler, observation
 
 from rlvr import models
 from rlvr.rollouts import from_state
 from rlvr.rubrics import find_turn_rubrics
+from rlvr.suite.protocol import INVALID_PREFIX, filler, observation
 from rlvr.suite.tasks import BUILDERS, TASKS, play, rollout, solve
 
 TASK_NAMES = sorted(BUILDERS)

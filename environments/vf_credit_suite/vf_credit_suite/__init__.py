@@ -2,7 +2,8 @@
 
 Each diagnostic task of `rlvr.suite.tasks` (a delayed consequence, a misleading turn reward, a long horizon,
 repeated states, long environment replies, policy-controlled stopping) as a verifiers multi-turn environment: the
-model reads one short observation per turn and answers with one action word (env.py). Scored by TurnRubric: the
+model reads one short observation per turn and answers with one action word (the protocol: rlvr.suite.protocol,
+shared with the v1 port; env.py adapts it to MultiTurnEnv). Scored by TurnRubric: the
 task's per-turn reward on each turn, the task's outcome as the rollout reward. Recipe:
 task (rlvr.suite.tasks) -> seeded rows -> CreditSuiteEnv + TurnRubric.
 """
@@ -18,8 +19,9 @@ import verifiers as vf
 from datasets import Dataset
 
 from rlvr.rubrics import TurnRubric
+from rlvr.suite.protocol import observation, parse_action
 from rlvr.suite.tasks import BUILDERS, Task, get_task
-from vf_credit_suite.env import EXTRAS, CreditSuiteEnv, is_result_reply, observation, parse_action
+from vf_credit_suite.env import EXTRAS, CreditSuiteEnv, is_result_reply
 
 __all__ = ["CREDIT_DEFAULTS", "CreditSuiteEnv", "load_environment", "make_rubric", "observation", "parse_action",
            "rows"]
@@ -40,18 +42,15 @@ def valid_action(step, **kwargs) -> float:
     return float(step["extras"][EXTRAS]["valid"])
 
 
-def make_outcome(task: Task):
-    def outcome(state, **kwargs) -> float:
-        """The task's outcome reward of the state the episode ended in."""
-        return float(task.state(state[EXTRAS].state).outcome)
-
-    return outcome
+def outcome(state, **kwargs) -> float:
+    """The task's outcome reward of the state the episode ended in."""
+    return state[EXTRAS].outcome
 
 
 def make_rubric(task: Task, credit: Mapping[str, Any] | None = None) -> TurnRubric:
     return TurnRubric(
         turn_rewards=[(step_reward, 1.0), (valid_action, 0.0)],
-        outcome_rewards=[(make_outcome(task), 1.0)],
+        outcome_rewards=[(outcome, 1.0)],
         is_tool_result=is_result_reply,
         credit=CREDIT_DEFAULTS.get(task.name, {}) if credit is None else credit,
     )
