@@ -1,5 +1,6 @@
 """The credit suite's harness: the model says one action word per turn, the environment answers with the next
-observation, inside the rollout's own process (no program to install, no network).
+observation (rlvr.suite.protocol's `Play`, vf-credit-suite's protocol), inside the rollout's own process (no program
+to install, no network).
 
 vf-credit-suite's MultiTurnEnv loop (env_response, max_turns = the task's turns, the final observation as the
 final environment response) becomes this `launch`: verifiers' Harness contract lets a harness run its loop
@@ -14,7 +15,7 @@ import json
 import verifiers.v1 as vf
 from openai import AsyncOpenAI
 
-from v1_credit_suite.play import Play
+from rlvr.suite.protocol import Play
 from v1_credit_suite.taskset import spec
 
 

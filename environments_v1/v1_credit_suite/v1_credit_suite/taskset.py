@@ -7,6 +7,10 @@ vf-credit-suite's parts and their v1 counterparts (docs/v1.md, "Moving an rlvr e
     sampled assistant node, the convention rlvr.v1.convert reads), and trace.info["state_keys"] (GiGPO);
   - its outcome reward `outcome` (weight 1)        -> `@vf.reward(weight=1.0) outcome`;
   - `valid_action` (a weight-0 turn reward, logged) -> `@vf.metric valid_action`, the number of valid turns.
+
+The protocol is rlvr.suite.protocol, vf-credit-suite's own. Its `Play` is used twice: live by the harness (each
+reply gives the next observation) and again by the scoring here, which replays the trace's replies from the task's
+seed, so rewards depend only on what the model said.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from typing import Any
 import verifiers.v1 as vf
 from verifiers.v1.types import content_text
 
+from rlvr.suite.protocol import Play, observation, replay, system_prompt
 from rlvr.suite.tasks import BUILDERS, Task, get_task
-from v1_credit_suite.play import SYSTEM_SUFFIX, Play, observation, replay
 
 
 class CreditSuiteData(vf.TaskData):
@@ -85,5 +89,5 @@ class CreditSuiteTaskset(vf.Taskset[CreditSuiteTask, CreditSuiteConfig]):
         rng = random.Random(f"vf-credit-suite/{task.name}/{c.split}/{c.seed}")
         return [CreditSuiteTask(CreditSuiteData(
             id=f"{task.name}-{c.split}-{i}", prompt=observation(task, task.start),
-            system_prompt=task.prompt + SYSTEM_SUFFIX, suite_task=c.suite_task,
+            system_prompt=system_prompt(task), suite_task=c.suite_task,
             task_params=dict(c.task_params), seed=rng.getrandbits(32)), c.task) for i in range(c.num_tasks)]
