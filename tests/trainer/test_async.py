@@ -15,8 +15,9 @@ from typing import ClassVar
 import pytest
 import torch
 from choice_env import load_environment
+from learning_check import MTGRPOUntilLearnedConfig, assert_learned
 from safetensors.torch import load_file
-from test_training import SCRIPT, assert_learned, read_jsonl, step_records, wait_for
+from test_training import SCRIPT, read_jsonl, step_records, wait_for
 from train_script import config, ppo_config
 
 from rlvr.trainer import MTGRPOConfig, run_training
@@ -78,13 +79,16 @@ def test_one_batch_ahead_learns_with_tokens_at_most_one_version_stale(training_s
     """The learning bound of test_training's synchronous run (assert_learned, same setting) at async_steps = 1, with
     the decoupled objective. (PPO-clip against the sampler's logprobs does not pass it at this learning rate: one
     step of lr 5e-2 moves the policy so far that the stale tokens' ratios leave the clip range and their gradient is
-    cut; seed 0 stayed at turn reward 0.5-0.66 for 20 steps.)"""
-    steps = 20
-    cfg = config(str(tmp_path), steps, learning_rate=5e-2, batch_size=32, async_steps=1, seed=seed,
-                 loss_type="decoupled_clip", num_logged_token_groups=0)
+    cut; seed 0 stayed at turn reward 0.5-0.66 for 20 steps.)
+
+    One batch ahead learns later than the synchronous run (steps 7-12 against 5-9, benchmarks/async_learning.py)
+    and its step varies more between realizations: in one two-worker suite run it had not learned by step 20. The
+    run stops once it has learned (learning_check), within 40 steps."""
+    cfg = config(str(tmp_path), 40, learning_rate=5e-2, batch_size=32, async_steps=1, seed=seed,
+                 loss_type="decoupled_clip", num_logged_token_groups=0, config_class=MTGRPOUntilLearnedConfig)
     run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
     records = step_records(tmp_path)
-    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    assert [r["step"] for r in records] == list(range(1, len(records) + 1))
     assert_learned([r["turn/1/reward"] for r in records])
     assert all(r["async/staleness_max"] <= 1 and r["async/untagged_turn_fraction"] == 0 for r in records)
     assert records[0]["async/staleness_max"] == 0  # batch 0 waits for the first sync

@@ -10,8 +10,9 @@ from statistics import mean
 import pytest
 import torch
 from choice_env import load_environment
+from learning_check import PPOUntilLearnedConfig, assert_learned
 from safetensors.torch import load_file
-from test_training import assert_learned, read_jsonl, sigkill_while_step_3_trains, step_records
+from test_training import read_jsonl, sigkill_while_step_3_trains, step_records
 from train_script import ppo_config as config
 from transformers import TrainerCallback
 
@@ -26,17 +27,18 @@ SCRIPT = Path(__file__).resolve().parent / "train_script.py"
 
 
 def test_ppo_raises_the_turn_reward_and_logs_the_critic(training_server, tmp_path):
-    steps = 20
     # lr 5e-2 as the MT-GRPO test (a random-weight policy needs large steps); cross-level GAE exercises the
     # turn-level and token-level parts at once. PPO learns this task more slowly and less surely than MT-GRPO:
     # tiny-random's critic cannot tell the two turns' states apart (both end in the same chat-template tokens),
     # so after whitening every sampled turn-1 token is pushed up and every turn-2 token down, and the two pulls
     # on the shared first-token distribution fight. At 16 rollouts x 8 steps the reward had not risen in CI and
-    # in 4 of 6 runs here; at 32 rollouts it reached 1.0 by steps 5-15 in 10 of 10 runs of 16 steps.
-    cfg = config(str(tmp_path), steps, learning_rate=5e-2, gae="cross_level", turn_weight=0.5, batch_size=32)
+    # in 4 of 6 runs here; at 32 rollouts it reached 1.0 by steps 5-15 in 10 of 10 runs of 16 steps. The run stops
+    # once it has learned (learning_check), within 20 steps.
+    cfg = config(str(tmp_path), 20, learning_rate=5e-2, gae="cross_level", turn_weight=0.5, batch_size=32,
+                 config_class=PPOUntilLearnedConfig)
     run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
     records = step_records(tmp_path)
-    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    assert [r["step"] for r in records] == list(range(1, len(records) + 1))
     assert_learned([r["turn/1/reward"] for r in records])
     for key in ("critic/value_loss", "critic/clip_fraction", "critic/grad_norm", "critic/old_value_mean",
                 "critic/return_mean", "reward/kl", "train/clipped", "turn/1/advantage_mean", "turn/2/advantage_std",

@@ -13,6 +13,7 @@ from statistics import mean
 
 import pytest
 from choice_env import load_environment
+from learning_check import MTGRPOUntilLearnedConfig, assert_learned
 from train_script import config
 
 from rlvr.trainer import run_training
@@ -34,27 +35,17 @@ def step_records(run_dir: Path) -> list[dict]:
     return [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
 
 
-def assert_learned(turn_rewards: list[float]) -> None:
-    """The choice environment's turn reward rose from tiny-random's base rate to nearly always, in 32-rollout steps.
-
-    The base rate, step 1 of 46 runs: 0.38-0.75 at 16 rollouts, 0.47-0.62 at 32 (about 0.55). An earlier check,
-    last 3 steps >= first 3 + 0.25, failed when learning was fast (steps 2-3 already count it: 0.75, 0.81, 0.81)
-    as well as when it was slow: 2 of 8 MT-GRPO runs at 16 rollouts x 15 steps failed it."""
-    assert turn_rewards[0] <= 0.85, turn_rewards  # something is left to learn (28+ of 32 by chance: p < 1e-3)
-    # 96 rollouts in the last 3 steps: at the base rate their mean is 0.55 +- 0.05, and 0.9 is 7 sigma above it
-    assert mean(turn_rewards[-3:]) >= 0.9, turn_rewards
-
-
 @pytest.mark.slow
 def test_mt_grpo_raises_the_turn_reward_and_the_server_follows_every_sync(training_server, tmp_path):
-    steps = 20
     # lr 5e-2: a random-weight policy is near-uniform over 49k tokens; only a large step concentrates mass on
     # the rewarded first tokens within a test's budget. Measured at 32 rollouts x 20 steps: turn-0 reward 1.0
-    # by steps 5-9 in 8 of 8 runs.
-    cfg = config(str(tmp_path), steps, learning_rate=5e-2, verify_weight_sync=True, batch_size=32)
+    # by steps 5-9 in 8 of 8 runs. The run stops once it has learned (learning_check), within 20 steps.
+    cfg = config(str(tmp_path), 20, learning_rate=5e-2, verify_weight_sync=True, batch_size=32,
+                 config_class=MTGRPOUntilLearnedConfig)
     run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
 
     records = step_records(tmp_path)
+    steps = len(records)
     assert [r["step"] for r in records] == list(range(1, steps + 1))
     assert_learned([r["turn/1/reward"] for r in records])
     forwarded = [r for r in records if r["batch/skipped_zero_advantage_fraction"] < 1.0]
