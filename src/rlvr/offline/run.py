@@ -16,8 +16,10 @@ on-policy training does (rlvr.trainer.faults).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from rlvr.io import atomic_write_json
@@ -27,8 +29,10 @@ from rlvr.trainer.faults import resume_command, train_preemptibly
 from rlvr.trainer.recipes import trainer_class
 
 
-def train_offline(model: str, config, dataset: str | Path, *, resume: bool | str = False):
-    """Train `model` on the trajectories at `dataset` with the offline recipe of `config`; returns the trainer."""
+def train_offline(model: str, config, dataset: str | Path, *, resume: bool | str = False,
+                  callbacks: Sequence[TrainerCallback] = ()):
+    """Train `model` on the trajectories at `dataset` with the offline recipe of `config`; returns the trainer.
+    callbacks: transformers callbacks added to the trainer (e.g. a study's extra checkpoints, rlvr.study.curve)."""
     run_dir = Path(config.output_dir)
     trajectories = load_trajectories(dataset, config.segmentation)
     if resume is True:  # the newest checkpoint, if the run directory has one yet
@@ -36,6 +40,8 @@ def train_offline(model: str, config, dataset: str | Path, *, resume: bool | str
     else:
         checkpoint = resume or None
     trainer = trainer_class(config)(model, trajectories, config)
+    for callback in callbacks:
+        trainer.add_callback(callback)
     atomic_write_json(run_dir / "config.json", {
         "model": model, "dataset": str(dataset), "trajectories": len(trajectories),
         "trained_sequences": trainer.dataset_size, "left_out_too_long": trainer.too_long,

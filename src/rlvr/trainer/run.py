@@ -22,6 +22,7 @@ from pathlib import Path
 
 import verifiers as vf
 from accelerate import PartialState
+from transformers import TrainerCallback
 from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 
 from rlvr.evaluation import server_flags
@@ -119,6 +120,7 @@ def run_training(
     env_args: dict | None = None,
     resume: bool | str = False,
     serve_args: list[str] | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
 ) -> TrainOutput:
     """Train `model` on `env` with the recipe of `config` (MTGRPOConfig: MT-GRPO and relatives).
 
@@ -128,6 +130,7 @@ def run_training(
         with `serve_args` passed through to it, serving in the training dtype (`serving_dtype`).
     run_dir: where everything goes (default: config.output_dir).
     resume: True continues from the newest checkpoint in run_dir if there is one; a path resumes from it.
+    callbacks: transformers callbacks added to the trainer (e.g. a study's extra checkpoints, rlvr.study.curve).
 
     Faults (rlvr.trainer.faults): a rollout server that dies or stops answering is restarted (one this run started)
     or waited for (the user's), then the batch is generated again (under --num-processes by the main process alone
@@ -166,6 +169,8 @@ def run_training(
         started = serve() if server_url is None and is_main else None
         server_url = started.url if started else server_url
         trainer = recipe(model, env, config, server_url=server_url)
+        for callback in callbacks:
+            trainer.add_callback(callback)
         resume_with = resume_command(run_dir)
         if is_main:
             trainer.server_watch = ServerWatch(trainer.rollouts.url, resume_with, model, started,
