@@ -18,5 +18,9 @@ pip install -q -r requirements/v1.txt
 editable=(-e .)
 for env in environments_v1/*/; do [ -f "$env/pyproject.toml" ] && editable+=(-e "$env"); done
 [ ${#editable[@]} -eq 0 ] || pip install -q --no-deps "${editable[@]}"
+# verifiers' null and bash harnesses (bash: the default for a hub-shaped taskset) install their chat program with
+# `uv sync --script` in every process: lock it and fill uv's cache now, while the package index is reachable, so
+# that runs need no network (rlvr.v1.worker, prepare_programs; docs/v1.md)
+"$VENV/bin/python" src/rlvr/v1/worker.py --prepare-programs
 "$VENV/bin/python" -c 'import verifiers, verifiers.v1; print("setup_v1 ok: verifiers", verifiers.__version__)'
 rm -f "$VENV"/.setup-* && touch "$stamp"

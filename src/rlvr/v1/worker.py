@@ -25,16 +25,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import traceback
+from pathlib import Path
 
 PROTOCOL = sys.stdout
 sys.stdout = sys.stderr  # a print anywhere in verifiers or an environment must not corrupt the protocol
 
 LOCAL_RUNTIMES = ("subprocess",)
-NEEDS_NETWORK = ("the harness installs its program with `uv sync --script` in every new process (verifiers' null "
-                 "and bash harnesses do), which needs uv and the package index at run time: give the taskset an "
-                 "in-process harness (docs/v1.md, 'Writing a v1 environment for rlvr')")
+NEEDS_NETWORK = ("the harness installs its program with `uv sync --script`, which needs the package index unless the "
+                 "program is locked in the bridge's program cache: run `make setup` (scripts/setup_v1.sh locks and "
+                 "caches verifiers' chat program, the null and bash harnesses'); another harness's program needs "
+                 "an in-process harness instead (docs/v1.md, 'Hub-shaped environments')")
+# verifiers' null and bash harnesses (bash: the default of a taskset that ships no harness, as hub environments do)
+# run one PEP 723 chat program, which the runtime installs with `uv sync --script <scripts_dir>/<sha256>.py` in
+# every new process (verifiers/v1/runtimes/base.py, prepare_uv_script). uv resolves a script against the package
+# index unless a lockfile sits beside it (`<script>.lock`, written by `uv lock --script`); with the lock and uv's
+# cache filled at setup (prepare_programs), the sync installs from the cache and needs no network. Both live in
+# the bridge interpreter's prefix, so setup and every run agree, and a rebuilt .venv-v1 rebuilds them.
+PROGRAMS = Path(sys.prefix) / "rlvr-programs"
 
 
 class WorkerError(Exception):
@@ -77,6 +87,35 @@ def env_config(raw: dict):
                               "run here (hosted sandboxes and containers are out of reach); set "
                               f'{{"{name}": {{"runtime": {{"type": "subprocess"}}}}}} in --env-args to run it locally')
     return config
+
+
+def offline_programs() -> None:
+    """uv's cache and the runtime's script folder in PROGRAMS, and this interpreter's `uv` first on PATH (the
+    runtime looks for one that supports --script and otherwise installs one from the network)."""
+    from verifiers.v1.runtimes.subprocess import SubprocessRuntime
+
+    os.environ["UV_CACHE_DIR"] = str(PROGRAMS / "uv")
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    SubprocessRuntime.scripts_dir = str(PROGRAMS / "scripts")  # a class setting, shared by the worker's runtimes
+
+
+def prepare_programs() -> None:
+    """Setup, with the network (scripts/setup_v1.sh): write verifiers' chat program where the runtime will (its
+    content-addressed name, as prepare_uv_script names it), lock it and install it once, filling uv's cache."""
+    import hashlib
+    import subprocess
+
+    from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
+    from verifiers.v1.runtimes.subprocess import SubprocessRuntime
+
+    offline_programs()
+    data = CHAT_PROGRAM_SOURCE.encode()
+    path = Path(SubprocessRuntime.scripts_dir) / f"{hashlib.sha256(data).hexdigest()}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    for command in ("lock", "sync"):
+        subprocess.run(["uv", command, "--script", str(path), "-q", "--no-config"], check=True)
+    print(f"rlvr v1: verifiers' chat program locked and cached in {PROGRAMS}")
 
 
 def read_vllm_logprobs() -> None:
@@ -152,6 +191,7 @@ async def serve() -> None:
     import verifiers.v1 as vf
 
     read_vllm_logprobs()
+    offline_programs()
     loop = asyncio.get_running_loop()
 
     async def read() -> dict | None:
@@ -198,4 +238,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--prepare-programs"]:
+        sys.exit(prepare_programs())
     sys.exit(main())
