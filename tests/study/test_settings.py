@@ -285,3 +285,42 @@ def test_evaluation_concurrency_is_speed_not_budget():
     assert StudySettings.from_dict(faster.to_dict()).evaluation.max_concurrent == 32
     with pytest.raises(StudyError, match="max_concurrent=0: each must be >= 1"):
         settings(evaluation=EvaluationSettings(max_concurrent=0))
+
+
+@pytest.mark.parametrize("at_steps, message", [
+    ([4, 4], r"at_steps = \[4, 4\]: give distinct steps in increasing order, each between 1 and max_steps - 1 = 11"),
+    ([8, 4], "distinct steps in increasing order"),
+    ([0, 4], r"step 0 is the base model's evaluation.*e\.g\. at_steps = \[4, 8\]"),
+    ([4, 12], "step 12 the final one"),
+    ("4,8", "give a list of training steps"),
+    ([True], "give a list of training steps"),
+])
+def test_heldout_curve_steps_are_checked(at_steps, message):
+    with pytest.raises(StudyError, match=message):
+        settings(training={"max_steps": 12}, evaluation=EvaluationSettings(at_steps=at_steps))
+    with pytest.raises(StudyError, match=r"at_steps \[3\] are not multiples of mt_grpo's num_iterations = 2.*cannot "
+                                         "be resumed"):
+        settings(training={"max_steps": 12}, algo_options={"mt_grpo": {"num_iterations": 2}},
+                 evaluation=EvaluationSettings(at_steps=[2, 3]))
+
+
+def test_heldout_curve_steps_are_part_of_the_budget(tmp_path):
+    """A study directory's cells all have the same curve points; settings without any compare as before at_steps
+    existed (older study directories and committed records still match)."""
+    plain, curve = settings(), settings(evaluation=EvaluationSettings(at_steps=[1]))
+    assert "at_steps" not in plain.comparable()["evaluation"] and curve.comparable()["evaluation"]["at_steps"] == [1]
+    with pytest.raises(StudyError, match=r"(?s)other settings.*evaluation"):
+        merge_grids(plain, curve)
+    webshop = StudySettings.from_dict(read_settings_file(REPO / "configs/pipelines/studies/webshop_rl_paired.toml"))
+    assert webshop.evaluation.at_steps == [4, 8] and webshop.training["max_steps"] == 12
+    config = tmp_path / "s.toml"
+    config.write_text('env = "vf-triviaqa-search"\nmodel = "tiny-random"\nalgos = ["grpo"]\nseeds = [0]\n'
+                      '[training]\nmax_steps = 4\n[evaluation]\nat_steps = [2]\n')
+    code, text = study("--config", config, "--out", tmp_path / "study", "--dry-run")
+    assert code == 0 and "also after steps [2] (held-out learning curve)" in text, text
+    code, text = study("--config", config, "--out", tmp_path / "study", "--dry-run", "--steps", "2")
+    assert code == 2 and "at_steps = [2]" in text and "--at-steps with --steps" in text, text
+    code, text = study("--config", config, "--out", tmp_path / "study", "--dry-run", "--steps", "2", "--at-steps", "1")
+    assert code == 0 and "also after steps [1]" in text, text
+    code, text = study("--config", config, "--out", tmp_path / "study", "--dry-run", "--steps", "2", "--at-steps", "")
+    assert code == 0 and "held-out learning curve" not in text, text

@@ -74,7 +74,7 @@ def check_training_keys(data: dict[str, Any], where: str) -> None:
 def resolve_settings(config: Path | None, env: str | None, model: str | None, algos: str | None,
                      seeds: str | None, steps: int | None, overrides: list[str], env_args: str,
                      eval_examples: int | None, eval_rollouts: int | None, baseline: str | None,
-                     offline_datasets: list[str] = (), results: Path | None = None):
+                     offline_datasets: list[str] = (), results: Path | None = None, at_steps: str | None = None):
     """The study's settings: the TOML file, then the command-line options on top; checked before anything runs."""
     from rlvr.study.settings import StudyError, StudySettings, read_settings_file
 
@@ -101,6 +101,8 @@ def resolve_settings(config: Path | None, env: str | None, model: str | None, al
     for key, value in (("examples", eval_examples), ("rollouts", eval_rollouts)):
         if value is not None:
             data["evaluation"][key] = value
+    if at_steps is not None:  # "" (a pipeline var left empty): no curve points
+        data["evaluation"]["at_steps"] = _split(at_steps, "at-steps", int)
     if baseline is not None:
         data["report"]["baseline"] = baseline
     if results is not None:
@@ -143,7 +145,9 @@ def show_plan(settings, out: Path) -> None:
                   + (f"; committed records in {settings.results}" if settings.results else ""))
     console.print("budget per cell: " + ", ".join(f"{k}={v}" for k, v in settings.budget().items()))
     console.print(f"held-out evaluation: {settings.evaluation.examples} examples x {settings.evaluation.rollouts} "
-                  f"rollouts, sampling {settings.sampling()}; baseline {settings.report.baseline}")
+                  f"rollouts, sampling {settings.sampling()}; baseline {settings.report.baseline}"
+                  + (f"; also after steps {settings.evaluation.at_steps} (held-out learning curve)"
+                     if settings.evaluation.at_steps else ""))
     table = Table(title="cells")
     for column in ("seed", "base model", *settings.algos):
         table.add_column(column)
@@ -180,6 +184,9 @@ def study(
     env_args: str = EnvArgsOption,
     eval_examples: int | None = typer.Option(None, "--eval-examples", help="Held-out examples per evaluation."),
     eval_rollouts: int | None = typer.Option(None, "--eval-rollouts", help="Sampled rollouts per held-out example."),
+    at_steps: str | None = typer.Option(
+        None, "--at-steps", help="Comma-separated training steps whose weights every cell also evaluates on the "
+        "held-out set (the held-out learning curve; [evaluation] at_steps), e.g. 4,8; '' for none."),
     baseline: str | None = typer.Option(None, "--baseline", help="Algorithm the others are compared with."),
     offline_datasets: list[str] = typer.Option(
         [], "--offline-dataset", help="ALGO=DIR: the trajectories (`rlvr collect`) an offline algorithm (sft, oreo) "
@@ -198,7 +205,7 @@ def study(
     from rlvr.study.settings import StudyError
 
     settings = resolve_settings(config, env, model, algos, seeds, steps, overrides, env_args, eval_examples,
-                                eval_rollouts, baseline, offline_datasets, results)
+                                eval_rollouts, baseline, offline_datasets, results, at_steps)
     only = (_split(cells, "cells") or None) if cells else None  # "" (a pipeline var left empty): every unit
     try:
         check_study(settings, out)

@@ -21,7 +21,9 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
                                          # [algo_options.NAME], e.g. ppo_bi_level = "ppo" beside "ppo" itself
     [offline_datasets]                   # offline recipes (sft, oreo): ALGO = "trajectory directory" (rlvr collect)
     [evaluation]                         # examples, rollouts, temperature, max_tokens (held-out, before and after);
-                                         # max_concurrent (requests in flight: speed, may change between invocations)
+                                         # max_concurrent (requests in flight: speed, may change between invocations);
+                                         # at_steps = [4, 8]: also evaluate each cell's weights of those steps (the
+                                         # held-out learning curve)
     [evaluation.sets]                    # more held-out sets: NAME = {env_args changes}, e.g. valid_seen = {...}
     [report]                             # baseline, headline, collapse_window, collapse_tol, confidence,
                                          # target (training metric -> value: steps to reach it)
@@ -92,6 +94,9 @@ class EvaluationSettings:
     # requests in flight (training sends a whole batch at once): speed only, so not part of a study's budget; with
     # seeded sampling the rollouts are the same up to the server's batch numerics
     max_concurrent: int = 8
+    # training steps whose weights every cell also evaluates (main held-out set, same examples, sampling and seeds):
+    # with the base model (step 0) and the final weights, the held-out learning curve
+    at_steps: list[int] = field(default_factory=list)
 
     def check(self) -> None:
         if self.examples < 1 or self.rollouts < 1 or self.max_concurrent < 1:
@@ -102,6 +107,24 @@ class EvaluationSettings:
                 raise StudyError(f"[evaluation.sets] {name} = {changes!r}: a held-out set is a name (letters, digits, "
                                  "_ - .) and a table of the load_environment arguments it changes, e.g. "
                                  "valid_seen = { eval_split = \"valid_seen\" }")
+
+    def check_at_steps(self, max_steps: int, num_iterations: dict[str, int]) -> None:
+        """at_steps: increasing steps strictly between 0 and max_steps (step 0 is the base evaluation, max_steps the
+        final one), each a multiple of every algorithm's num_iterations (`num_iterations`: algo -> its value): a
+        curve point is saved as a checkpoint, and one between two passes over a batch could not be resumed."""
+        steps = self.at_steps
+        example = f"e.g. at_steps = {sorted({max(1, max_steps // 3), max(1, 2 * max_steps // 3)})}"
+        if not isinstance(steps, list) or any(not isinstance(s, int) or isinstance(s, bool) for s in steps):
+            raise StudyError(f"[evaluation] at_steps = {steps!r}: give a list of training steps (integers), {example}")
+        if any(not 0 < s < max_steps for s in steps) or steps != sorted(set(steps)):
+            raise StudyError(f"[evaluation] at_steps = {steps}: give distinct steps in increasing order, each between "
+                             f"1 and max_steps - 1 = {max_steps - 1} (step 0 is the base model's evaluation, step "
+                             f"{max_steps} the final one), {example} (or --at-steps with --steps; '' for none)")
+        for algo, every in num_iterations.items():
+            if off := [s for s in steps if s % every]:
+                raise StudyError(f"[evaluation] at_steps {off} are not multiples of {algo}'s num_iterations = "
+                                 f"{every}: a curve point is a checkpoint, and one between two passes over a batch "
+                                 "cannot be resumed; choose multiples of it")
 
     def env_args(self, name: str, env_args: dict[str, Any]) -> dict[str, Any]:
         """The load_environment arguments of held-out set `name`: the study's, with the set's changes."""
@@ -210,6 +233,8 @@ class StudySettings:
                 raise StudyError(f"{algo}: use_lora=true, but a study loads each cell's full final weights into the "
                                  "rollout server for the evaluation after training; set use_lora = false")
         self.evaluation.check()
+        self.evaluation.check_at_steps(self.training["max_steps"], {
+            algo: self.cell_training(algo).get("num_iterations", 1) for algo in self.algos})
         self.report.check()
 
     def recipe(self, name: str) -> str:
@@ -261,6 +286,8 @@ class StudySettings:
                     "server_args", "replicates", "results"):
             data.pop(key)
         data["evaluation"].pop("max_concurrent", None)
+        if not data["evaluation"]["at_steps"]:  # as before at_steps existed: older records and studies still match
+            data["evaluation"].pop("at_steps")
         return data
 
 
