@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_report import make_study, write_cell
+from test_report import make_study, write_cell, write_curve
 from typer.testing import CliRunner
 
 from rlvr.cli import app
@@ -139,3 +139,18 @@ def test_what_is_left_is_estimated_from_the_measured_cells(tmp_path):
             "0.4 h") in report
     left = json.loads((study / "summary.json").read_text())["left"]
     assert left["estimated_s"] == pytest.approx(1470.0)
+
+
+def test_records_carry_the_heldout_learning_curve(tmp_path):
+    """A fresh clone's report (the records alone) has the curve the study directory's report has."""
+    root, results = tmp_path / "study", tmp_path / "results"
+    write_curve(make_study(root, at_steps=[2]))
+    cells = [f"cells/{a}/seed-{s}" for a in ("grpo", "mt_grpo") for s in (0, 1, 2)]
+    export(root, results, ["base/seed-0", "base/seed-1", "base/seed-2", *cells])
+    assert json.loads((results / "cells/grpo/seed-1.json").read_text())["heldout_curve"]["2"]["exact_match"][
+        "mean"] == 0.2
+    _, recorded, _ = records.read_records(results)
+    assert {c.heldout_curve[2]["exact_match"].mean for c in recorded if c.algo == "grpo"} == {0.1, 0.2, 0.3}
+    here = write_report(root).read_text().split("## Held-out learning curve")[1].split("##")[0]
+    shutil.rmtree(root)
+    assert write_report(results).read_text().split("## Held-out learning curve")[1].split("##")[0] == here

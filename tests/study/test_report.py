@@ -36,12 +36,13 @@ def write_json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj))
 
 
-def make_study(root: Path, seeds=(0, 1, 2), sets=None) -> Path:
+def make_study(root: Path, seeds=(0, 1, 2), sets=None, at_steps=()) -> Path:
     settings = StudySettings(env="vf-triviaqa-search", model="smollm2-135m", algos=["grpo", "mt_grpo"],
                              seeds=list(seeds), training={"max_steps": 4, "batch_size": 16, "temperature": 0.7,
                                                          "max_tokens_per_turn": 32},
                              algo_options={"mt_grpo": {"credit": {"coef": 0.5}}},
-                             evaluation=EvaluationSettings(examples=24, rollouts=2, sets=sets or {}),
+                             evaluation=EvaluationSettings(examples=24, rollouts=2, sets=sets or {},
+                                                           at_steps=list(at_steps)),
                              report=ReportSettings(headline=["exact_match"], collapse_window=3))
     layout = StudyLayout(root)
     write_json(layout.manifest, {"settings": settings.to_dict(), "evaluation_sampling": settings.sampling(),
@@ -298,3 +299,37 @@ def test_a_cell_whose_held_out_outcome_fell_is_warned_about_first(tmp_path):
         "standard errors of the difference).",
     ]
     assert report.index(warnings[-1]) < report.index("Every cell:")
+
+
+# exact match after training step 2 of 4, per seed: the held-out learning curve's point ([evaluation] at_steps)
+AT_STEP_2 = {"grpo": [0.1, 0.2, 0.3], "mt_grpo": [0.2, 0.4, 0.3]}
+
+
+def write_curve(root: Path) -> None:
+    layout = StudyLayout(root)
+    for algo, values in AT_STEP_2.items():
+        for seed, value in enumerate(values):
+            write_json(layout.eval(layout.curve_point(layout.cell(algo, seed), 2)) / "summary.json", summary(value))
+
+
+def test_heldout_learning_curve_by_hand(tmp_path):
+    write_curve(make_study(tmp_path, at_steps=[2]))
+    report = write_report(tmp_path).read_text()
+    curve = report.split("## Held-out learning curve")[1]
+    assert "| metric | algo | step 0 (base) | step 2 | step 4 (final) |" in curve
+    # step 0: the base model (0.05 in every seed); step 2: grpo 0.1, 0.2, 0.3 (mean 0.2, s.d. 0.1, s.e. 0.1/sqrt(3) =
+    # 0.058), mt_grpo 0.2, 0.4, 0.3; step 4: the final evaluations (the tables above)
+    assert table_row(curve, "exact_match")[1:] == ["grpo", "0.050 ± 0.000", "0.200 ± 0.058", "0.340 ± 0.170"]
+    assert "| exact_match | mt_grpo | 0.050 ± 0.000 | 0.300 ± 0.058 | 0.437 ± 0.067 |" in curve
+    # mt_grpo - grpo at step 2: 0.1, 0.2, 0.0 (mean 0.1, s_d 0.1, half width 4.302653 * 0.1 / sqrt(3) = 0.248); at
+    # step 4 the paired differences above
+    assert "| exact_match | mt_grpo - grpo | +0.100 [-0.148, +0.348] 2/3 | +0.097 [-0.451, +0.645] 2/3 |" in curve
+    assert "![heldout_curve](plots/heldout_curve.png)" in report
+    assert (tmp_path / "plots" / "heldout_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((tmp_path / "summary.json").read_text())["heldout_curve"]
+    assert data["steps"] == [0, 2, 4]
+    assert data["algorithms"]["mt_grpo"]["exact_match"]["2"]["mean"] == pytest.approx(0.3)
+    assert data["paired"]["mt_grpo"]["exact_match"]["2"]["n"] == 3
+
+    plain = write_report(make_study(tmp_path / "plain")).read_text()  # no curve points: no section, no plot
+    assert "## Held-out learning curve" not in plain and not (tmp_path / "plain/plots/heldout_curve.png").exists()

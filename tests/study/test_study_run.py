@@ -1,10 +1,13 @@
 """`rlvr study` end to end on tiny-random: 2 algorithms x 2 seeds x 2 steps on vf-triviaqa-search (search
-protocol), one server per invocation, then an interrupted cell (its completion marker, evaluation, final weights
-and last checkpoint removed, as a kill after step 1's checkpoint leaves it) resumed by the same command, which also
-re-runs that cell once with the same seed (replicates = 2), and `rlvr analyze` on the study directory. Real server, trainer, environment and evaluation throughout."""
+protocol), each cell also evaluated after step 1 (the held-out learning curve, [evaluation] at_steps), one server per
+invocation, then an interrupted cell (its completion marker, evaluation, final weights and last checkpoint removed, as
+a kill after step 1's checkpoint and curve point leaves it) resumed by the same command, which also re-runs that cell
+once with the same seed (replicates = 2), and `rlvr analyze` on the study directory. Real server, trainer,
+environment and evaluation throughout."""
 
 from __future__ import annotations
 
+import filecmp
 import json
 import re
 import shutil
@@ -48,6 +51,7 @@ progress = false
 [evaluation]
 examples = 3
 rollouts = 1
+at_steps = [1]
 
 [report]
 headline = ["reward", "tool_execution_reward"]
@@ -82,6 +86,11 @@ def test_study_runs_resumes_an_interrupted_cell_and_reports(tiny_model, tmp_path
         assert config_json["training"].get("algo") == algo
         rows = read_jsonl(unit / "eval" / "results.jsonl")
         assert len(rows) == 3 and all("reward" in r for r in rows)
+        # the held-out curve's point: step 1's weights (kept out of rotation), evaluated like the final ones
+        point = unit / "curve" / "step-1"
+        assert filecmp.cmp(point / "weights" / "model.safetensors", unit / "train" / "checkpoint-1" /
+                           "model.safetensors", shallow=False)
+        assert len(read_jsonl(point / "eval" / "results.jsonl")) == 3
     for seed in (0, 1):
         assert len(read_jsonl(out / "base" / f"seed-{seed}" / "eval" / "results.jsonl")) == 3
 
@@ -102,7 +111,11 @@ def test_study_runs_resumes_an_interrupted_cell_and_reports(tiny_model, tmp_path
     assert summary["baseline"] == "grpo" and set(summary["paired"]) == {"mt_grpo"}
     paired = summary["paired"]["mt_grpo"]["reward"]
     assert paired["n"] == 2 and paired["low"] <= paired["mean"] <= paired["high"]
-    for png in ("evaluation", "paired_differences", "training_curves"):
+    assert "## Held-out learning curve" in report and "| step 1 | step 2 (final) |" in report
+    assert re.search(r"^\| reward \| mt_grpo - grpo \| [-+]\d", report, re.MULTILINE), report
+    assert summary["heldout_curve"]["steps"] == [0, 1, 2]
+    assert summary["heldout_curve"]["algorithms"]["grpo"]["reward"]["1"]["n"] == 2
+    for png in ("evaluation", "paired_differences", "training_curves", "heldout_curve"):
         assert (out / "plots" / f"{png}.png").read_bytes()[:8] == PNG_MAGIC
         assert f"(plots/{png}.png)" in report
 
@@ -115,6 +128,8 @@ def test_study_runs_resumes_an_interrupted_cell_and_reports(tiny_model, tmp_path
     untouched = {p: p.read_text() for p in out.glob("*/*/seed-*/done.json")} | {
         p: p.read_text() for p in out.glob("base/seed-*/done.json")}
     assert len(untouched) == 5
+    point_eval = unit / "curve" / "step-1" / "eval"
+    point_rows, point_made = (point_eval / "results.jsonl").read_text(), point_eval.stat().st_mtime_ns
     config.write_text("replicates = 2\n" + STUDY_TOML)
     only_the_cell = ("--algos", "grpo", "--seeds", "0")
 
@@ -149,6 +164,10 @@ def test_study_runs_resumes_an_interrupted_cell_and_reports(tiny_model, tmp_path
         r["completion"] for r in read_jsonl(unit / "eval" / "results.jsonl")]
     assert [(r["loss"], r["reward"]) for r in read_jsonl(replicate / "train" / "metrics.jsonl") if "loss" in r] == [
         (r["loss"], r["reward"]) for r in steps]
+    # the resumed cell's finished curve point was not evaluated again; the re-run's is the same, token for token
+    assert (point_eval / "results.jsonl").read_text() == point_rows and point_eval.stat().st_mtime_ns == point_made
+    assert [r["completion"] for r in read_jsonl(replicate / "curve" / "step-1" / "eval" / "results.jsonl")] == [
+        r["completion"] for r in read_jsonl(point_eval / "results.jsonl")]
     assert "| 0.000 |" in report.split("## Re-run spread")[1]
 
     # rlvr analyze recognises the study directory and redraws its report

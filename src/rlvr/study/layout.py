@@ -6,6 +6,9 @@
     cells/ALGO/seed-S/train/      the cell's training run (rlvr train's run directory: metrics.jsonl, final/, ...)
     cells/ALGO/seed-S/eval/       the held-out evaluation of its final weights
     .../eval-NAME/                the same weights on held-out set NAME ([evaluation.sets]; base/ and cells/)
+    cells/ALGO/seed-S/curve/step-N/ the held-out learning curve ([evaluation] at_steps): weights/ (step N's
+                                  model.safetensors, linked from its checkpoint; deleted with the checkpoints) and
+                                  eval/ (its held-out evaluation, written atomically: a point with eval/ is done)
     cells/ALGO/seed-S/done.json   completion marker (wall times, resume point, tokens): a cell without it is rerun,
                                   resuming its training from the newest checkpoint-N/
     cells/ALGO/seed-S/failed.json the error of a cell that failed (the study went on with the others); the next
@@ -75,6 +78,20 @@ class StudyLayout:
     def eval_set(unit: Path, name: str) -> Path:
         """The evaluation of the same weights on held-out set `name` ([evaluation.sets])."""
         return unit / f"eval-{name}"
+
+    @staticmethod
+    def curve(unit: Path) -> Path:
+        """The held-out learning curve's points of a cell ([evaluation] at_steps)."""
+        return unit / "curve"
+
+    @classmethod
+    def curve_point(cls, unit: Path, step: int) -> Path:
+        """Step `step`'s point: weights/ and eval/ (`eval` of the point)."""
+        return cls.curve(unit) / f"step-{step}"
+
+    @staticmethod
+    def curve_weights(point: Path) -> Path:
+        return point / "weights"
 
     @staticmethod
     def done(unit: Path) -> Path:

@@ -9,11 +9,12 @@ With `results = "DIR"` (TOML) or `--results DIR`, every base evaluation and cell
     DIR/cells/ALGO/seed-S/replicate-K.json  a same-seed re-run's record
     DIR/report.md, summary.json, plots/     the report over every record (`rlvr analyze DIR` redraws it)
 
-A record holds what the report reads of the unit (held-out summaries and per-example means, training curves, steps,
-tokens, wall times), its definition (the study's budget and, for a cell, its recipe, training options and dataset)
-with the definition's sha256, and its provenance (git commit, machine, command, peak memory, the starting weights'
-sha256): no weights, datasets or rollouts. A unit with a record is done. A record whose definition differs from what
-the current command would run is refused with the differing keys named: cells of two budgets are never mixed.
+A record holds what the report reads of the unit (held-out summaries and per-example means, the held-out learning
+curve's points, training curves, steps, tokens, wall times), its definition (the study's budget and, for a cell, its
+recipe, training options and dataset) with the definition's sha256, and its provenance (git commit, machine,
+command, peak memory, the starting weights' sha256): no weights, datasets or rollouts. A unit with a record is done.
+A record whose definition differs from what the current command would run is refused with the differing keys named:
+cells of two budgets are never mixed.
 Records of one unit never collide across machines that run disjoint cells (`rlvr study --cells`), so merging their
 commits gives every record, and `rlvr analyze DIR` the report of all of them.
 """
@@ -151,6 +152,7 @@ def cell_from_json(data: dict[str, Any]):
         **data, "after": _stats(data["after"]), "sets": {n: _stats(s) for n, s in data.get("sets", {}).items()},
         "curves": {k: {int(step): v for step, v in steps.items()} for k, steps in data["curves"].items()},
         "reward_std": {int(step): v for step, v in data["reward_std"].items()},
+        "heldout_curve": {int(step): _stats(s) for step, s in data.get("heldout_curve", {}).items()},
     })
 
 

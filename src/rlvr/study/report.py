@@ -84,6 +84,35 @@ class StudyData:
         bases = self.bases if held_out is None else self.base_sets.get(held_out, {})
         return {s: summary[metric].mean for s, summary in bases.items() if metric in summary}
 
+    @property
+    def headline(self) -> list[str]:
+        """The [report] headline metrics the evaluations have (reward when none has one)."""
+        return [m for m in self.report.headline if m in self.metrics] or ["reward"]
+
+    @property
+    def curve_steps(self) -> list[int]:
+        """The held-out learning curve's steps: 0 (the base model), each evaluated [evaluation] at_steps step and
+        the final step (max_steps); none when no cell has an intermediate point."""
+        inner = sorted({step for c in self.cells for step in c.heldout_curve})
+        return [0, *inner, self.settings["training"]["max_steps"]] if inner else []
+
+    def curve_values(self, algo: str, metric: str, step: int) -> dict[int, float]:
+        """seed -> the held-out mean of `metric` after training step `step` in `algo`'s cells: at step 0 the base
+        model's evaluation of the cell's seed, at max_steps the cell's final evaluation."""
+        if step == self.settings["training"]["max_steps"]:
+            return self.values(algo, metric)
+        cells = [c for c in self.cells if c.algo == algo]
+        if step == 0:
+            base = self.base_values(metric)
+            return {c.seed: base[c.seed] for c in cells if c.seed in base}
+        return {c.seed: c.heldout_curve[step][metric].mean for c in cells
+                if metric in c.heldout_curve.get(step, {})}
+
+    def paired_curve(self, algo: str, metric: str, step: int) -> PairedDifference:
+        """`algo` minus the baseline, seed by seed, after training step `step` (`curve_values`)."""
+        return paired_difference(self.curve_values(algo, metric, step),
+                                 self.curve_values(self.report.baseline, metric, step), self.report.confidence)
+
     def collapse(self, cell: CellRecord) -> Collapse:
         steps = sorted(cell.reward_std)
         return detect_collapse(steps, [cell.reward_std[s] for s in steps], self.report.collapse_window,
@@ -274,6 +303,7 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
                   "Student's t] and the number of seeds where the cell was higher.".replace("{level}", level), "",
                   markdown_table(["metric", *(f"{a} - base" for a in algos)], rows)]
 
+    lines += render_heldout_curve(data)
     for name, changes in s["evaluation"].get("sets", {}).items():
         lines += ["", *render_held_out_set(data, name, changes)]
 
@@ -393,6 +423,33 @@ def render_targets(data: StudyData) -> list[str]:
                   f"The first training step whose batch mean of `{metric}` (over the step's rollouts, the trainer's "
                   f"log) reached {value:g}; '-': not within the cell's steps. The median counts those as never.", "",
                   markdown_table(["algo", "step per seed", "reached", "median step"], rows)]
+    return lines
+
+
+def render_heldout_curve(data: StudyData) -> list[str]:
+    """The held-out learning curve ([evaluation] at_steps): per headline metric and algorithm, the mean ± s.e.
+    across seeds at step 0 (the base model), at each curve step and at the final step, then each algorithm minus the
+    baseline per seed at those steps. Nothing without curve points."""
+    steps, rep = data.curve_steps, data.report
+    if not steps:
+        return []
+    final, metrics = steps[-1], data.headline
+    names = [f"step {s}" + (" (base)" if s == 0 else " (final)" if s == final else "") for s in steps]
+    rows = [[m, a, *(fmt_stat(across_seeds(data.curve_values(a, m, step))) for step in steps)]
+            for m in metrics for a in data.algos]
+    lines = ["", "## Held-out learning curve", "",
+             "The held-out evaluation (same examples, rollouts, sampling and per-request seeds as above) of the "
+             "weights after each step of [evaluation] at_steps, between the base model (step 0) and the final "
+             "weights: mean ± s.e. across seeds. A curve still rising at the final step suggests that more steps "
+             "would help; one flat since an early step, that they would not (within these errors).", "",
+             markdown_table(["metric", "algo", *names], rows)]
+    others = [a for a in data.algos if a != rep.baseline]
+    if others:
+        rows = [[m, f"{a} - {rep.baseline}", *(fmt_diff(data.paired_curve(a, m, step)) for step in steps[1:])]
+                for m in metrics for a in others]
+        lines += ["", f"Paired against {rep.baseline} at each step (per seed; mean [{rep.confidence:.0%} interval, "
+                  "Student's t] and seeds higher; at step 0 every cell is the base model):", "",
+                  markdown_table(["metric", "difference", *names[1:]], rows)]
     return lines
 
 
@@ -520,6 +577,13 @@ def summary_record(data: StudyData) -> dict[str, Any]:
                                                      for m in means}
                                    for other in (None, data.report.baseline) if other != c.algo}
             for evaluation, means in c.examples.items()} for c in data.cells if c.examples},
+        "heldout_curve": {
+            "steps": data.curve_steps,
+            "algorithms": {a: {m: {step: asdict(across_seeds(data.curve_values(a, m, step)))
+                                   for step in data.curve_steps} for m in data.headline} for a in data.algos},
+            "paired": {a: {m: {step: asdict(data.paired_curve(a, m, step)) for step in data.curve_steps[1:]}
+                           for m in data.headline} for a in data.algos if a != data.report.baseline},
+        },
         "failed": data.failures,
         "baseline": data.report.baseline,
         "provenance": {**{f"base/seed-{b.seed}": b.provenance for b in data.base_records},
@@ -626,6 +690,30 @@ def plot_training(data: StudyData, path: Path) -> Path | None:
     return save_figure(fig, path)
 
 
+def plot_heldout_curve(data: StudyData, path: Path) -> Path | None:
+    """Per headline metric: each algorithm's held-out mean across seeds at the curve's steps (step 0: the base
+    model), with ± s.e. bars; None without curve points."""
+    steps = data.curve_steps
+    if not steps:
+        return None
+    metrics = data.headline
+    fig, axes = _grid(len(metrics), "held-out learning curve (± s.e. across seeds)")
+    for ax, metric in zip(axes, metrics, strict=True):
+        for i, algo in enumerate(data.algos):
+            points = [(step, across_seeds(data.curve_values(algo, metric, step))) for step in steps]
+            points = [(step, stat) for step, stat in points if stat.n]
+            ax.errorbar([p for p, _ in points], [stat.mean for _, stat in points],
+                        yerr=[stat.stderr if stat.n > 1 else 0.0 for _, stat in points], marker="o", capsize=3,
+                        color=f"C{i}", label=algo)
+        ax.set_title(metric, fontsize="medium")
+        ax.set_xlabel("step", fontsize="small")
+        ax.set_xticks(steps)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
 def write_report(root: Path) -> Path:
     """report.md, summary.json and plots/ from what the study directory holds; returns report.md."""
     layout = StudyLayout(Path(root))
@@ -634,7 +722,8 @@ def write_report(root: Path) -> Path:
         raise FileNotFoundError(f"study {layout.root} has no finished evaluation yet: run `rlvr study` on it")
     plots = [plot_evaluation(data, layout.plots / "evaluation.png"),
              plot_paired(data, layout.plots / "paired_differences.png"),
-             plot_training(data, layout.plots / "training_curves.png")]
+             plot_training(data, layout.plots / "training_curves.png"),
+             plot_heldout_curve(data, layout.plots / "heldout_curve.png")]
     plots = [p for p in plots if p is not None]
     atomic_write_json(layout.summary, summary_record(data))
     return atomic_write_text(layout.report, render_markdown(data, plots, layout.root))

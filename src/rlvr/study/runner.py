@@ -267,6 +267,7 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
 
     from rlvr.offline.run import train_offline
     from rlvr.serve import load_saved_weights
+    from rlvr.study import curve
     from rlvr.trainer import run_training
 
     unit = layout.cell(algo, seed, replicate)
@@ -276,6 +277,8 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
         console.print(f"{cell_key(algo, seed, replicate)} failed with other training options: its partial training "
                       f"({train_dir}) starts over with the current ones")
         shutil.rmtree(train_dir)
+        shutil.rmtree(layout.curve(unit), ignore_errors=True)  # its curve points came from that training
+    at_steps = settings.evaluation.at_steps
     wall: dict[str, float] = {}
     start = time.perf_counter()
     resumed_from = get_last_checkpoint(str(train_dir)) if train_dir.is_dir() else None
@@ -287,14 +290,18 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
         # The checkpoint path itself (run_training(resume=True) on a run directory that does not exist yet would
         # pass True on to transformers as a checkpoint).
         config = cell_config(settings, algo, seed, train_dir)
+        curve.keep_left_weights(unit, at_steps)
+        callbacks = [curve.KeepCurveWeights(unit, at_steps)] if at_steps else []
         # an offline recipe trains on its dataset; the server is untouched until the final weights arrive
         if is_offline(settings.recipe(algo)):
-            train_offline(settings.model, config, settings.offline_datasets[algo], resume=resumed_from or False)
+            train_offline(settings.model, config, settings.offline_datasets[algo], resume=resumed_from or False,
+                          callbacks=callbacks)
         else:
             run_training(envs[None], settings.model, config, server_url=server.url, env_args=settings.env_args,
-                         resume=resumed_from or False)
+                         resume=resumed_from or False, callbacks=callbacks)
         gc.collect()  # the trainer, its model and optimizer: free them before the next cell loads its own
     wall["training"] = time.perf_counter() - start
+    evaluate_curve({None: envs[None]}, server, settings, layout, unit, cell_key(algo, seed, replicate), seed)
     wall["final_sync"] = load_saved_weights(server.url, final)
     wall |= evaluate_unit(envs, server, settings, layout, unit, f"{cell_key(algo, seed, replicate)}, trained", seed,
                           final)
@@ -304,8 +311,28 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
     finish_unit(settings, layout, unit, done)
     manifest.record("cells", cell_key(algo, seed, replicate), done)
     if not settings.keep_checkpoints:
-        for checkpoint in train_dir.glob("checkpoint-*"):
-            shutil.rmtree(checkpoint, ignore_errors=True)
+        for weights in [*train_dir.glob("checkpoint-*"), *layout.curve(unit).glob("step-*/weights")]:
+            shutil.rmtree(weights, ignore_errors=True)
+
+
+def evaluate_curve(envs: dict, server, settings: StudySettings, layout: StudyLayout, unit: Path, key: str,
+                   seed: int) -> None:
+    """The held-out learning curve of a trained cell: the weights kept at each [evaluation] at_steps step, served in
+    turn and evaluated on the main held-out set like the final weights (same examples, sampling and seeds). A point
+    with its evaluation is done (written atomically): a resumed cell evaluates only the others."""
+    from rlvr.serve import load_saved_weights
+
+    for step in settings.evaluation.at_steps:
+        point = layout.curve_point(unit, step)
+        if layout.eval(point).is_dir():
+            continue
+        weights = layout.curve_weights(point)
+        if not weights.is_dir():
+            raise StudyError(f"{key}: the weights of held-out curve step {step} ({weights}) are missing, so that "
+                             "point cannot be evaluated; remove the cell's train/ and curve/ directories to train it "
+                             "again (the same command then runs it)")
+        load_saved_weights(server.url, weights)
+        evaluate_unit(envs, server, settings, layout, point, f"{key}, step {step}", seed, weights)
 
 
 def failed_with_other_options(layout: StudyLayout, unit: Path, options: dict[str, Any]) -> bool:

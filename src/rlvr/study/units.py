@@ -43,6 +43,8 @@ class CellRecord:
     sets: dict[str, dict[str, Stat]] = field(default_factory=dict)  # [evaluation.sets] name -> its evaluation
     examples: dict[str, ExampleMeans] = field(default_factory=dict)  # evaluation (MAIN or a set) -> per example
     provenance: dict[str, Any] = field(default_factory=dict)  # commit, machine, peak memory, ... (units.PROVENANCE)
+    # [evaluation] at_steps: step -> held-out evaluation (main set) of the weights after that step
+    heldout_curve: dict[int, dict[str, Stat]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,13 @@ def read_examples(layout: StudyLayout, unit: Path, sets, metrics) -> dict[str, E
     return found
 
 
+def read_heldout_curve(layout: StudyLayout, unit: Path) -> dict[int, dict[str, Stat]]:
+    """The unit's evaluated held-out curve points (curve/step-N/eval), by step."""
+    points = (p for p in layout.curve(unit).glob("step-*") if layout.eval(p).is_dir())
+    return {int(p.name.removeprefix("step-")): read_summary(layout.eval(p))
+            for p in sorted(points, key=lambda p: int(p.name.removeprefix("step-")))}
+
+
 def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, sets=(), metrics=()) -> CellRecord:
     unit = layout.cell(algo, seed, replicate)
     done = json.loads(layout.done(unit).read_text())
@@ -93,7 +102,7 @@ def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, set
         tokens_generated=sum(float(r.get("tokens/generated", 0.0)) for r in steps),
         wall_s=done["wall_s"], resumed_from=done.get("resumed_from"), replicate=replicate,
         sets=read_sets(layout, unit, sets), examples=read_examples(layout, unit, sets, metrics),
-        provenance=provenance_of(done),
+        provenance=provenance_of(done), heldout_curve=read_heldout_curve(layout, unit),
     )
 
 
