@@ -302,6 +302,9 @@ def test_heldout_curve_steps_are_checked(at_steps, message):
                                          "be resumed"):
         settings(training={"max_steps": 12}, algo_options={"mt_grpo": {"num_iterations": 2}},
                  evaluation=EvaluationSettings(at_steps=[2, 3]))
+    with pytest.raises(StudyError, match=r"max_steps - 1 = 3 \(mt_grpo's max_steps is 4"):  # one algorithm's own
+        settings(training={"max_steps": 12}, algo_options={"mt_grpo": {"max_steps": 4}},
+                 evaluation=EvaluationSettings(at_steps=[4, 8]))
 
 
 def test_heldout_curve_steps_are_part_of_the_budget(tmp_path):

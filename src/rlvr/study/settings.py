@@ -108,19 +108,23 @@ class EvaluationSettings:
                                  "_ - .) and a table of the load_environment arguments it changes, e.g. "
                                  "valid_seen = { eval_split = \"valid_seen\" }")
 
-    def check_at_steps(self, max_steps: int, num_iterations: dict[str, int]) -> None:
-        """at_steps: increasing steps strictly between 0 and max_steps (step 0 is the base evaluation, max_steps the
-        final one), each a multiple of every algorithm's num_iterations (`num_iterations`: algo -> its value): a
-        curve point is saved as a checkpoint, and one between two passes over a batch could not be resumed."""
+    def check_at_steps(self, training: dict[str, dict[str, Any]]) -> None:
+        """at_steps (`training`: algo -> its cells' training options): increasing steps strictly between 0 and every
+        algorithm's max_steps (step 0 is the base evaluation, max_steps the final one), each a multiple of its
+        num_iterations: a curve point is saved as a checkpoint, and one between two passes over a batch could not
+        be resumed."""
         steps = self.at_steps
-        example = f"e.g. at_steps = {sorted({max(1, max_steps // 3), max(1, 2 * max_steps // 3)})}"
         if not isinstance(steps, list) or any(not isinstance(s, int) or isinstance(s, bool) for s in steps):
-            raise StudyError(f"[evaluation] at_steps = {steps!r}: give a list of training steps (integers), {example}")
-        if any(not 0 < s < max_steps for s in steps) or steps != sorted(set(steps)):
-            raise StudyError(f"[evaluation] at_steps = {steps}: give distinct steps in increasing order, each between "
-                             f"1 and max_steps - 1 = {max_steps - 1} (step 0 is the base model's evaluation, step "
-                             f"{max_steps} the final one), {example} (or --at-steps with --steps; '' for none)")
-        for algo, every in num_iterations.items():
+            raise StudyError(f"[evaluation] at_steps = {steps!r}: give a list of training steps (integers), e.g. "
+                             "at_steps = [4, 8]")
+        for algo, options in training.items():
+            max_steps, every = options["max_steps"], options.get("num_iterations", 1)
+            example = f"e.g. at_steps = {sorted({max(1, max_steps // 3), max(1, 2 * max_steps // 3)})}"
+            if any(not 0 < s < max_steps for s in steps) or steps != sorted(set(steps)):
+                raise StudyError(f"[evaluation] at_steps = {steps}: give distinct steps in increasing order, each "
+                                 f"between 1 and max_steps - 1 = {max_steps - 1} ({algo}'s max_steps is {max_steps}: "
+                                 f"step 0 is the base model's evaluation, step {max_steps} the final one), {example} "
+                                 "(or --at-steps with --steps; '' for none)")
             if off := [s for s in steps if s % every]:
                 raise StudyError(f"[evaluation] at_steps {off} are not multiples of {algo}'s num_iterations = "
                                  f"{every}: a curve point is a checkpoint, and one between two passes over a batch "
@@ -233,8 +237,7 @@ class StudySettings:
                 raise StudyError(f"{algo}: use_lora=true, but a study loads each cell's full final weights into the "
                                  "rollout server for the evaluation after training; set use_lora = false")
         self.evaluation.check()
-        self.evaluation.check_at_steps(self.training["max_steps"], {
-            algo: self.cell_training(algo).get("num_iterations", 1) for algo in self.algos})
+        self.evaluation.check_at_steps({algo: self.cell_training(algo) for algo in self.algos})
         self.report.check()
 
     def recipe(self, name: str) -> str:
