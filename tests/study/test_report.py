@@ -247,6 +247,11 @@ def test_cells_are_paired_with_the_base_model_and_the_baseline_example_by_exampl
     assert table_row(main, "mt_grpo/seed-0")[1:] == ["+0.625 [+0.227, +1.023] 4/4", "+0.375 [-0.023, +0.773] 3/4"]
     assert "| cell | exact_match: - base | exact_match: - grpo |" in main
     assert table_row(seen, "mt_grpo/seed-0")[1:] == ["n/a", "n/a"]
+    # what the pairings against the base resolve at 80% power: (1.959964 + 0.841621) x s.e. = 2.80 x 0.125 (mt_grpo)
+    # and 2.80 x 0.144338 (grpo); the valid_seen set has no pairs, so no such line
+    assert "resolve with 80% power (two-sided, 95%; 2.80 x the paired s.e., over the cells): exact_match " \
+           "0.350-0.404." in main
+    assert "resolve with 80% power" not in seen
     pairs = json.loads((tmp_path / "summary.json").read_text())["paired_over_examples"]
     assert pairs["mt_grpo/seed-0"]["main"]["grpo"]["exact_match"]["mean"] == pytest.approx(0.375)
     assert pairs["mt_grpo/seed-0"]["main"]["base"]["exact_match"]["n"] == 4

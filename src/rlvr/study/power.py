@@ -10,7 +10,8 @@ difference a two-sided test at `level` detects with probability `power` is the u
     delta = (z_{(1 + level) / 2} + z_{power}) * sqrt(var / units)
 
 The study's reported intervals (rlvr.study.stats) are t intervals on the data actually collected; this is for
-choosing `[evaluation] rollouts` beforehand.
+choosing `[evaluation] rollouts` beforehand, and (`resolved_by`, the same bound from a pairing's measured standard
+error) for the report's statement of what its pairings could resolve.
 """
 
 from __future__ import annotations
@@ -35,12 +36,19 @@ def unit_variance(rate: float, rollouts_per_unit: int, between_sd: float = 0.0) 
     return 2 * rate * (1 - rate) / rollouts_per_unit + between_sd**2
 
 
+def resolved_by(stderr: float, *, level: float = 0.95, power: float = 0.8) -> float:
+    """The smallest difference a paired comparison with this standard error of its mean resolves (after the fact:
+    the study report states it for the pairings it made)."""
+    return _z_sum(level, power) * stderr
+
+
 def detectable_difference(rate: float, rollouts_per_unit: int, units: int, *, level: float = 0.95,
                           power: float = 0.8, between_sd: float = 0.0) -> float:
     """The smallest success difference that `units` paired units of `rollouts_per_unit` rollouts resolve."""
     if units < 1:
         raise ValueError(f"units must be at least 1, got {units}")
-    return _z_sum(level, power) * math.sqrt(unit_variance(rate, rollouts_per_unit, between_sd) / units)
+    return resolved_by(math.sqrt(unit_variance(rate, rollouts_per_unit, between_sd) / units), level=level,
+                       power=power)
 
 
 def rollouts_for(difference: float, rate: float, units: int, *, level: float = 0.95, power: float = 0.8,

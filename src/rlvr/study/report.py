@@ -25,6 +25,7 @@ from rlvr.analysis import markdown_table, outcome_fell  # noqa: E402
 from rlvr.evaluation import Stat  # noqa: E402
 from rlvr.io import atomic_write_json, atomic_write_text  # noqa: E402
 from rlvr.study.layout import StudyLayout  # noqa: E402
+from rlvr.study.power import resolved_by  # noqa: E402
 from rlvr.study.settings import ReportSettings  # noqa: E402
 from rlvr.study.stats import (  # noqa: E402
     Collapse,
@@ -496,8 +497,26 @@ def render_paired_over_examples(data: StudyData, headline: Sequence[str]) -> lis
                  *("-" if other == c.algo else fmt_diff(data.paired_over_examples(c, m, evaluation, other))
                    for other in compare for m in headline)] for c in cells]
         lines += ["", f"**{evaluation or 'the held-out set of the environment arguments'}**", "",
-                  markdown_table(header, rows)]
+                  markdown_table(header, rows), "", resolution(data, cells, headline, evaluation)]
     return lines
+
+
+def resolution(data: StudyData, cells: Sequence[CellRecord], headline: Sequence[str], evaluation: str) -> str:
+    """What the pairings against the base could resolve: the smallest difference a two-sided test at the report's
+    level detects with probability 0.8, from each pairing's standard error (rlvr.study.power.resolved_by), as the
+    range over the cells."""
+    parts = []
+    for metric in headline:
+        found = [resolved_by(d.stderr, level=data.report.confidence) for c in cells
+                 if (d := data.paired_over_examples(c, metric, evaluation, None)).n > 1]
+        if found:
+            parts.append(f"{metric} {min(found):.3f}" + (f"-{max(found):.3f}" if max(found) > min(found) else ""))
+    if not parts:
+        return ""
+    return (f"Differences from the base these pairings resolve with 80% power (two-sided, {data.report.confidence:.0%}; "
+            f"{resolved_by(1.0, level=data.report.confidence):.2f} x the paired s.e., over the cells): "
+            f"{', '.join(parts)}. Before a study, "
+            "`rlvr.study.power.rollouts_for` gives the rollouts per example a target difference needs.")
 
 
 def fmt_number(value: float) -> str:
