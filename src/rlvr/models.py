@@ -4,7 +4,10 @@
   ships, dequantized and saved as safetensors with a tool-calling chat template.
 - ``tiny-random``: a seeded, randomly initialised 2-layer Llama with the SmolLM2 tokenizer (fast tests).
 
-Anything else (a local directory or a hub id) passes through unchanged.
+A LoRA adapter directory (adapter_config.json + adapter_model.safetensors, e.g. `rlvr train --algo sft --set
+use_lora=true`'s final/) resolves to its base model with the adapter merged in, built once into the cache
+(`merged`), so that everything taking `--model` (training, `rlvr serve`, evaluation, studies) serves and trains
+the full weights. Anything else (a local model directory or a hub id) passes through unchanged.
 """
 
 from __future__ import annotations
@@ -228,11 +231,18 @@ def _hub_offline() -> bool:
 
 
 def resolve(name: str) -> str:
-    """A registered name -> its prepared directory; a local path or hub id passes through unchanged."""
+    """A registered name -> its prepared directory; a LoRA adapter directory -> its merged model (`merged`); a local
+    model path or hub id passes through unchanged."""
     if name in REGISTRY:
         return str(prepare(name))
-    if Path(name).expanduser().exists():
-        return str(Path(name).expanduser())
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / ADAPTER_CONFIG).is_file():
+        return str(merged(path))
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise ModelError(f"{path} holds neither a model (config.json) nor a LoRA adapter ({ADAPTER_CONFIG}): give a "
+                         "registered model, a model directory (e.g. a run's final/) or an adapter directory")
+    if path.exists():
+        return str(path)
     if name.count("/") == 1 and not name.startswith((".", "/", "~")):
         if _hub_offline():
             from huggingface_hub import try_to_load_from_cache
@@ -248,3 +258,71 @@ def resolve(name: str) -> str:
         f"model {name!r} is neither a registered model ({', '.join(REGISTRY)}), an existing path, nor a hub id "
         "(owner/name)"
     )
+
+
+# ---------------------------------------------------------------------------------------------- LoRA adapters
+ADAPTER_CONFIG = "adapter_config.json"  # peft's names (peft.utils.constants CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME)
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+MERGED_STAMP = "rlvr-merged.json"
+
+
+def base_reference(model: str) -> str:
+    """How an adapter names the model it was trained on (its adapter_config.json's base_model_name_or_path): a
+    registered name as it is (the adapter then merges on any machine, offline), a local path made absolute, a hub id
+    as it is."""
+    if model in REGISTRY or not Path(model).expanduser().exists():
+        return model
+    return str(Path(model).expanduser().resolve())
+
+
+def adapter_key(adapter: Path) -> str:
+    """What identifies a merged model: the sha256 of the adapter's config and weights (their bytes) and, for a
+    registered base, its build stamp (a rebuilt base gives another merge)."""
+    digest = hashlib.sha256()
+    config = (adapter / ADAPTER_CONFIG).read_bytes()
+    base = json.loads(config).get("base_model_name_or_path")
+    for part in (config, (adapter / ADAPTER_WEIGHTS).read_bytes(),
+                 json.dumps(_stamp(base) if base in REGISTRY else None).encode()):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()
+
+
+def merged(adapter: Path) -> Path:
+    """The LoRA adapter at `adapter` merged into its base (W + (alpha / r) B A per adapted layer: LoRA, Hu et al.
+    2021, Eq. 3; peft's merge_and_unload), saved once as a full float32 model with the adapter's tokenizer (the base's
+    if it has none) under the cache, keyed by `adapter_key`; built atomically and under a lock, like `prepare`."""
+    adapter = Path(adapter)
+    if not (adapter / ADAPTER_WEIGHTS).is_file():
+        raise ModelError(f"{adapter} has {ADAPTER_CONFIG} but no {ADAPTER_WEIGHTS}: an adapter saved by peft "
+                         "(save_pretrained) has both; was it copied whole?")
+    base_name = json.loads((adapter / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base_name:
+        raise ModelError(f"{adapter / ADAPTER_CONFIG} names no base_model_name_or_path: set it to the model the "
+                         f"adapter was trained on (e.g. {next(iter(REGISTRY))!r})")
+    final = models_dir() / "merged" / adapter_key(adapter)[:32]
+    if (final / MERGED_STAMP).is_file():
+        return final
+    try:
+        base = resolve(base_name)
+    except ModelError as err:
+        raise ModelError(f"LoRA adapter {adapter}: its base model {base_name!r} cannot be found offline: {err}") from None
+    with exclusive(final):
+        if (final / MERGED_STAMP).is_file():  # merged by another process while this one waited
+            return final
+        with atomic_directory(final) as tmp:
+            _merge(adapter, base, tmp)
+            (tmp / MERGED_STAMP).write_text(json.dumps({"adapter": str(adapter.resolve()), "base": base_name},
+                                                       indent=2))
+    return final
+
+
+def _merge(adapter: Path, base: str, out: Path) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    model.save_pretrained(out, safe_serialization=True)  # with the base's generation_config.json
+    has_tokenizer = any((adapter / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+    AutoTokenizer.from_pretrained(adapter if has_tokenizer else base).save_pretrained(out)

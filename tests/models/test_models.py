@@ -157,6 +157,7 @@ def test_processes_preparing_a_model_at_once_build_it_once(tmp_path, monkeypatch
 
 
 def test_resolve_passes_paths_and_hub_ids_through(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text("{}")  # a model directory (an empty one is refused: test_adapters.py)
     assert models.resolve(str(tmp_path)) == str(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     assert models.resolve("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"

@@ -172,15 +172,18 @@ class CPUWeightSyncClient:
 
 def load_saved_weights(url: str, directory: Path) -> float:
     """Serve the full-model weights saved in `directory` (a run's `final/` or a checkpoint): the server keeps the
-    weights of the last sync, which precede the last optimizer step. Returns the seconds it took."""
+    weights of the last sync, which precede the last optimizer step. A LoRA adapter directory serves its merge into
+    its base (rlvr.models.merged). Returns the seconds it took."""
     from safetensors.torch import load_file
 
+    from rlvr import models
+
     directory = Path(directory)
+    if (directory / models.ADAPTER_CONFIG).is_file():
+        directory = models.merged(directory)
     path = directory / "model.safetensors"
     if not path.is_file():
-        hint = " It holds a LoRA adapter: merge it into the base model first." if (
-            directory / "adapter_model.safetensors").is_file() else ""
-        raise WeightSyncError(f"{directory} has no model.safetensors to serve.{hint}")
+        raise WeightSyncError(f"{directory} has no model.safetensors to serve")
     start = time.perf_counter()
     state = load_file(path)
     if "lm_head.weight" not in state and "model.embed_tokens.weight" in state:

@@ -33,6 +33,17 @@ class ConfigError(ValueError):
     """A training configuration that cannot run, with what to change."""
 
 
+def causal_lm_lora(options) -> LoraConfig:
+    """The LoraConfig of a configuration's LoRA options, named as verifiers' RLConfig names them (lora_rank,
+    lora_alpha, lora_dropout, lora_target_modules, lora_modules_to_save, lora_use_rslora): the on-policy configs and
+    the offline SFT recipe's. No target modules: every linear layer but the LM head (RLConfig's default list)."""
+    return LoraConfig(
+        r=options.lora_rank, lora_alpha=options.lora_alpha, lora_dropout=options.lora_dropout,
+        target_modules=options.lora_target_modules or "all-linear", modules_to_save=options.lora_modules_to_save,
+        use_rslora=options.lora_use_rslora, task_type="CAUSAL_LM",
+    )
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -142,11 +153,7 @@ class OnPolicyConfig(RLConfig):
         if self.use_lora and not own_lora_config:
             # RLConfig builds its LoraConfig from rank, alpha and target modules only: dropout, rsLoRA and
             # modules_to_save would be silently ignored.
-            self.lora_config = LoraConfig(
-                r=self.lora_rank, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                target_modules=self.lora_target_modules, modules_to_save=self.lora_modules_to_save,
-                use_rslora=self.lora_use_rslora, task_type="CAUSAL_LM",
-            )
+            self.lora_config = causal_lm_lora(self)
 
     @property
     def prompt_token_limit(self) -> int:
