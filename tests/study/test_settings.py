@@ -172,7 +172,8 @@ def test_every_registered_recipe_fits_in_a_grid(tmp_path):
     for algo in offline:
         options = s.cell_training(algo)
         assert options["max_steps"] == 3 and options["batch_size"] == 4
-        assert not {"learning_rate", "beta", "temperature", "rollouts_per_example", "use_lora"} & set(options)
+        assert not {"learning_rate", "beta", "temperature", "rollouts_per_example"} & set(options)
+        assert not options.get("use_lora", False)  # the study's default reaches sft's LoRA option too
         assert cell_config(s, algo, 1, tmp_path / algo).learning_rate != 5e-5  # the recipe's own
     if "oreo" in offline:
         assert cell_config(s, "oreo", 1, tmp_path / "oreo").beta != 0.0
@@ -252,6 +253,7 @@ def test_a_study_starts_from_a_trained_model_path_and_names_a_missing_one(tmp_pa
     from rlvr.study.runner import check_model, run_study
 
     (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "config.json").write_text("{}")  # a model directory (an empty one is refused)
     check_model(str(tmp_path / "final"))
     missing = settings(model=str(tmp_path / "sft" / "final"))
     with pytest.raises(StudyError, match=r"is neither a registered model.*an SFT run's final/ directory"):
