@@ -6,7 +6,7 @@ Run directory:
     metrics.jsonl    one line per optimizer step
     checkpoint-N/    policy, optimizer, scheduler, RNG, trainer state, rlvr_state.json (+ OREO's value model and
                      its optimizer); written atomically, `--resume` continues from the newest
-    final/           the trained policy (servable by `rlvr serve`)
+    final/           the trained policy (servable by `rlvr serve`); under use_lora its adapter (served merged)
     value/           OREO: the value model, for `rlvr evaluate --search beam --value-model DIR/value`
     wandb/           with `report_to = "wandb"`
 
