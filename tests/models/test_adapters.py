@@ -1,6 +1,7 @@
 """LoRA adapter directories as models: `rlvr.models.resolve` turns one into its base with the adapter merged in,
 built once into the cache (the same adapter gives the same directory), and refuses what it cannot use with one
-clear error. Real peft adapters on tiny-random; no server."""
+clear error; a server loads an adapter's merge (the study's evaluation of a LoRA cell). Real peft adapters on
+tiny-random; the last test uses the session's training server."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from rlvr import models
 from rlvr.cli import app
+from rlvr.serve import load_saved_weights
 from rlvr.weights import differences, fingerprint
 
 
@@ -96,3 +98,35 @@ def test_cli_refuses_a_directory_that_is_no_model(tmp_path):
                                       "-o", str(tmp_path / "run")])
     assert result.exit_code == 2, result.output
     assert "holds neither a model" in " ".join(result.output.replace("│", " ").split()), result.output
+
+
+def served_logprobs(server) -> tuple[list[int], list[int], list[float]]:
+    """A greedy answer of the server: prompt ids, completion ids and their logprobs."""
+    from openai import OpenAI
+
+    response = OpenAI(base_url=server.base_url, api_key="local").chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "Count to five."}], max_tokens=8, temperature=0.0,
+        logprobs=True, extra_body={"return_token_ids": True, "ignore_eos": True})
+    choice = response.choices[0]
+    return response.prompt_token_ids, choice.token_ids, [t.logprob for t in choice.logprobs.content]
+
+
+def teacher_forced(model_dir, prompt: list[int], completion: list[int]) -> list[float]:
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        logprobs = model(torch.tensor([prompt + completion])).logits[0].log_softmax(-1)
+    return [logprobs[len(prompt) - 1 + i, t].item() for i, t in enumerate(completion)]  # position t predicts t + 1
+
+
+@pytest.mark.slow
+def test_a_server_loads_an_adapters_merge(tmp_path, home, tiny_model, training_server):
+    """rlvr.serve.load_saved_weights (a study's evaluation of a cell's final/) given an adapter serves its merge: the
+    server's logprobs are a transformers forward of the merged weights (fp32 both sides: 1e-3, as
+    tests/serve/test_weight_sync.py), and not the base's."""
+    adapter = make_adapter(tiny_model, tmp_path / "adapter", str(tiny_model))
+    load_saved_weights(training_server.url, adapter)
+    prompt, completion, served = served_logprobs(training_server)
+    merged = models.resolve(str(adapter))
+    assert max(abs(a - b) for a, b in zip(served, teacher_forced(merged, prompt, completion), strict=True)) < 1e-3
+    base = teacher_forced(tiny_model, prompt, completion)
+    assert max(abs(a - b) for a, b in zip(served, base, strict=True)) > 0.05
