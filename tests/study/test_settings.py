@@ -56,8 +56,10 @@ def test_triviaqa_study_has_the_issues_grid_and_precision():
     ({"seeds": [0, 0]}, "distinct integers"),
     ({"training": {"batch_size": 4}}, "max_steps must be set"),
     ({"training": {"max_steps": 2, "seed": 3}}, "the study sets them per cell"),
-    ({"training": {"max_steps": 2, "use_lora": True}}, "set use_lora = false"),
-    ({"algo_options": {"mt_grpo": {"use_lora": True}}}, "mt_grpo: use_lora=true"),
+    ({"training": {"max_steps": 2, "use_lora": True}, "evaluation": EvaluationSettings(at_steps=[1])},
+     "drop at_steps or set use_lora = false"),
+    ({"algo_options": {"mt_grpo": {"use_lora": True}}, "evaluation": EvaluationSettings(at_steps=[1])},
+     "mt_grpo: use_lora=true with"),
     ({"replicates": 0}, "replicates = 0: give the number of runs of each cell with the same seed"),
     ({"replicates": 1.5}, "an integer >= 1"),
 ])

@@ -36,6 +36,7 @@ from rich.console import Console
 
 from rlvr import evaluation
 from rlvr.io import atomic_write_json
+from rlvr.models import ADAPTER_WEIGHTS
 from rlvr.study import records
 from rlvr.study.layout import StudyLayout
 from rlvr.study.settings import StudyError, StudySettings, is_offline, merge_grids
@@ -282,7 +283,7 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
     wall: dict[str, float] = {}
     start = time.perf_counter()
     resumed_from = get_last_checkpoint(str(train_dir)) if train_dir.is_dir() else None
-    if (final / "model.safetensors").is_file():
+    if (final / "model.safetensors").is_file() or (final / ADAPTER_WEIGHTS).is_file():
         resumed_from = str(final)  # trained before an interruption: only the evaluation is left
     else:
         if resumed_from:

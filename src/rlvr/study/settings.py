@@ -70,7 +70,7 @@ VARIANT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # Training fields the study sets per cell, and the defaults it gives a cell unless [training] says otherwise.
 CELL_FIELDS = ("output_dir", "seed")
 TRAINING_DEFAULTS: dict[str, Any] = {  # (each where the algorithm's configuration has the field)
-    "use_lora": False,  # the final weights are loaded into the shared server (model.safetensors); RLConfig: LoRA
+    "use_lora": False,  # RLConfig's default is LoRA; a LoRA cell's final/ (an adapter) is served merged
     "report_to": "none",
     "logging_steps": 1,  # the curves and the collapse check read every step
     "save_total_limit": 1,  # an interrupted cell resumes from its newest checkpoint; older ones are dead weight
@@ -233,9 +233,10 @@ class StudySettings:
         if not isinstance(self.training.get("max_steps"), int) or self.training["max_steps"] < 1:
             raise StudyError("[training] max_steps must be set (an integer >= 1): every cell trains that many steps")
         for algo in self.algos:
-            if self.cell_training(algo).get("use_lora"):
-                raise StudyError(f"{algo}: use_lora=true, but a study loads each cell's full final weights into the "
-                                 "rollout server for the evaluation after training; set use_lora = false")
+            if self.cell_training(algo).get("use_lora") and self.evaluation.at_steps:
+                raise StudyError(f"{algo}: use_lora=true with [evaluation] at_steps: the learning curve keeps each "
+                                 "step's full weights (model.safetensors), and a LoRA checkpoint holds its adapter "
+                                 "only; drop at_steps or set use_lora = false")
         self.evaluation.check()
         self.evaluation.check_at_steps({algo: self.cell_training(algo) for algo in self.algos})
         self.report.check()
