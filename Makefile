@@ -1,8 +1,7 @@
 # rlvr: `make demo` runs the main job, `make test` the whole suite but the pipeline smoke runs (`make test-long`,
 # marker long), `make test-fast` the tests that start no vLLM server or training run (-m "not slow"). All set up first.
-# `make test-fast` runs in FAST_WORKERS pytest-xdist workers; `make test` in one process by default (TEST_WORKERS=0):
-# two workers took 28 min against one process's 41, but one learning check whose trajectory depends on the threads'
-# floating-point order did not hold in the workers' realization (docs/testing.md). Both end with the time per test
+# Both run in pytest-xdist workers (TEST_WORKERS / FAST_WORKERS; 0 runs in one process): two workers took 25 min
+# against one process's 41 on this 2-core machine (docs/testing.md, measured runs). Both end with the time per test
 # directory against its share (docs/testing.md: the layout, the budget).
 SHELL := /bin/bash
 VENV := .venv
@@ -10,7 +9,7 @@ BIN := $(VENV)/bin
 PYPROJECTS := pyproject.toml $(wildcard environments/*/pyproject.toml)
 STAMP := $(VENV)/.setup-$(shell cat $(PYPROJECTS) scripts/setup.sh scripts/setup_v1.sh requirements/v1.txt $(wildcard environments_v1/*/pyproject.toml) 2>/dev/null | sha256sum | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= 2
 FAST_WORKERS ?= 2
 LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet
