@@ -133,31 +133,43 @@ def test_threads_calling_the_blocking_api_get_their_own_results():
 
 
 def test_cancelling_an_async_call_kills_its_program():
+    uids_before = _our_sandbox_uids()
+
     async def main():
         task = asyncio.create_task(arun_python("import os; print(os.getuid(), flush=True)\nwhile True: pass"))
-        await asyncio.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while not _our_sandbox_uids() - uids_before:  # the program runs (and is seen: the check below can fail)
+            assert time.monotonic() < deadline, "the sandboxed program never appeared"
+            await asyncio.sleep(0.1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    uids_before = set(_sandbox_uids())
     asyncio.run(main())
     deadline = time.monotonic() + 5
-    while set(_sandbox_uids()) - uids_before and time.monotonic() < deadline:
+    while _our_sandbox_uids() - uids_before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert set(_sandbox_uids()) - uids_before == set()
+    assert _our_sandbox_uids() - uids_before == set()
 
 
-def _sandbox_uids() -> list[int]:
-    uids = []
-    for pid in os.listdir("/proc"):
-        try:
-            uid = os.stat(f"/proc/{pid}").st_uid
-        except (FileNotFoundError, NotADirectoryError):
+def _our_sandbox_uids() -> set[int]:
+    """The sandbox uids of this process's descendants (its sandbox server's programs): another pytest worker's
+    sandboxed programs run beside these under uids of their own."""
+    parents, uids = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
-        if uid >= sandbox_core.UID_BASE:
-            uids.append(uid)
-    return uids
+        try:
+            uids[int(entry)] = os.stat(f"/proc/{entry}").st_uid
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+    ours, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - ours
+        ours |= frontier
+    return {uids[pid] for pid in ours if uids.get(pid, 0) >= sandbox_core.UID_BASE}
 
 
 def test_a_forked_caller_starts_its_own_server(in_forked_child):
