@@ -1,20 +1,14 @@
-"""The learning checks' bound (assert_learned) and the recipes they run: each check's run ends at the first step
-where the bound holds (`StopOnceLearned`), so its step budget is a limit, not a cost. The assertion is the same as
-with a fixed number of steps; only the steps after the policy has learned are not spent (the synchronous MT-GRPO run
+"""The learning checks' bound (assert_learned) and the callback their runs train with
+(`run_training(..., callbacks=[StopOnceLearned()])`): each run ends at the first step where the bound holds, so its
+step budget is a limit, not a cost. The assertion is the same as with a fixed number of steps; only the steps after the policy has learned are not spent (the synchronous MT-GRPO run
 learned by steps 5-9 of its 20; one batch ahead by steps 7-12, and in one realization not within 20: seeds fix a run
 only up to floating-point order, which a busy machine changes through the server's batching)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from statistics import mean
-from typing import ClassVar
 
 from transformers import TrainerCallback
-
-from rlvr.trainer import MTGRPOConfig
-from rlvr.trainer.mt_grpo import MTGRPOTrainer
-from rlvr.trainer.ppo import PPOConfig, PPOTrainer
 
 WINDOW, LEARNED = 3, 0.9
 
@@ -44,25 +38,3 @@ class StopOnceLearned(TrainerCallback):
         if logs and "loss" in logs and "turn/1/reward" in logs:  # a step's record (as step_records reads them)
             self.turn_rewards.append(logs["turn/1/reward"])
             control.should_training_stop = learned(self.turn_rewards)
-
-
-class MTGRPOUntilLearned(MTGRPOTrainer):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.add_callback(StopOnceLearned())
-
-
-class PPOUntilLearned(PPOTrainer):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.add_callback(StopOnceLearned())
-
-
-@dataclass
-class MTGRPOUntilLearnedConfig(MTGRPOConfig):
-    trainer: ClassVar[str] = f"{__name__}:MTGRPOUntilLearned"
-
-
-@dataclass
-class PPOUntilLearnedConfig(PPOConfig):
-    trainer: ClassVar[str] = f"{__name__}:PPOUntilLearned"

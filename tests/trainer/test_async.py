@@ -15,7 +15,7 @@ from typing import ClassVar
 import pytest
 import torch
 from choice_env import load_environment
-from learning_check import MTGRPOUntilLearnedConfig, assert_learned
+from learning_check import StopOnceLearned, assert_learned
 from safetensors.torch import load_file
 from test_training import SCRIPT, read_jsonl, step_records, wait_for
 from train_script import config, ppo_config
@@ -85,8 +85,9 @@ def test_one_batch_ahead_learns_with_tokens_at_most_one_version_stale(training_s
     and its step varies more between realizations: in one two-worker suite run it had not learned by step 20. The
     run stops once it has learned (learning_check), within 40 steps."""
     cfg = config(str(tmp_path), 40, learning_rate=5e-2, batch_size=32, async_steps=1, seed=seed,
-                 loss_type="decoupled_clip", num_logged_token_groups=0, config_class=MTGRPOUntilLearnedConfig)
-    run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
+                 loss_type="decoupled_clip", num_logged_token_groups=0)
+    run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url,
+                 callbacks=[StopOnceLearned()])
     records = step_records(tmp_path)
     assert [r["step"] for r in records] == list(range(1, len(records) + 1))
     assert_learned([r["turn/1/reward"] for r in records])

@@ -10,7 +10,7 @@ from statistics import mean
 import pytest
 import torch
 from choice_env import load_environment
-from learning_check import PPOUntilLearnedConfig, assert_learned
+from learning_check import StopOnceLearned, assert_learned
 from safetensors.torch import load_file
 from test_training import read_jsonl, sigkill_while_step_3_trains, step_records
 from train_script import ppo_config as config
@@ -34,9 +34,9 @@ def test_ppo_raises_the_turn_reward_and_logs_the_critic(training_server, tmp_pat
     # on the shared first-token distribution fight. At 16 rollouts x 8 steps the reward had not risen in CI and
     # in 4 of 6 runs here; at 32 rollouts it reached 1.0 by steps 5-15 in 10 of 10 runs of 16 steps. The run stops
     # once it has learned (learning_check), within 20 steps.
-    cfg = config(str(tmp_path), 20, learning_rate=5e-2, gae="cross_level", turn_weight=0.5, batch_size=32,
-                 config_class=PPOUntilLearnedConfig)
-    run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
+    cfg = config(str(tmp_path), 20, learning_rate=5e-2, gae="cross_level", turn_weight=0.5, batch_size=32)
+    run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url,
+                 callbacks=[StopOnceLearned()])
     records = step_records(tmp_path)
     assert [r["step"] for r in records] == list(range(1, len(records) + 1))
     assert_learned([r["turn/1/reward"] for r in records])

@@ -13,7 +13,7 @@ from statistics import mean
 
 import pytest
 from choice_env import load_environment
-from learning_check import MTGRPOUntilLearnedConfig, assert_learned
+from learning_check import StopOnceLearned, assert_learned
 from train_script import config
 
 from rlvr.trainer import run_training
@@ -40,9 +40,9 @@ def test_mt_grpo_raises_the_turn_reward_and_the_server_follows_every_sync(traini
     # lr 5e-2: a random-weight policy is near-uniform over 49k tokens; only a large step concentrates mass on
     # the rewarded first tokens within a test's budget. Measured at 32 rollouts x 20 steps: turn-0 reward 1.0
     # by steps 5-9 in 8 of 8 runs. The run stops once it has learned (learning_check), within 20 steps.
-    cfg = config(str(tmp_path), 20, learning_rate=5e-2, verify_weight_sync=True, batch_size=32,
-                 config_class=MTGRPOUntilLearnedConfig)
-    run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
+    cfg = config(str(tmp_path), 20, learning_rate=5e-2, verify_weight_sync=True, batch_size=32)
+    run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url,
+                 callbacks=[StopOnceLearned()])
 
     records = step_records(tmp_path)
     steps = len(records)

@@ -27,11 +27,11 @@ def config(run_dir: str, steps: int, save_steps: int = 1000, lora: bool = False,
     return config_class(**{**settings, **overrides})
 
 
-def ppo_config(run_dir: str, steps: int, save_steps: int = 1000, config_class=PPOConfig, **overrides) -> PPOConfig:
+def ppo_config(run_dir: str, steps: int, save_steps: int = 1000, **overrides) -> PPOConfig:
     """Actor and critic fully fine-tuned: fast on this 2-layer model."""
     settings = dict(SMALL, output_dir=run_dir, max_steps=steps, save_steps=save_steps,
                     learning_rate=1e-3, critic_learning_rate=1e-3, use_lora=False)
-    return config_class(**{**settings, **overrides})
+    return PPOConfig(**{**settings, **overrides})
 
 
 def main() -> None:
