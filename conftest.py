@@ -271,11 +271,10 @@ LONGEST_FIRST = (  # from the one-process CI run of 2026-11-27 (38 min): seconds
     "tiny_server",  # ~600: two session servers' starts, the v1 bridge, vf-eval of every environment, the hub
     "tests/faults/test_fault_injection.py",  # 320: three real runs with seven server starts between them
     "tests/trainer/test_training.py",  # 150
+    "tests/study/test_study_run.py",  # ~150: one study, three invocations (was 110, and 93 for the committed records')
     "tests/trainer/test_smollm2.py",  # 134: SmolLM2's own server and an MT-GRPO step, DeepSpeed's step
     "tests/serve/test_process_tree.py",  # 100-130: three servers started and killed
-    "tests/study/test_study_run.py",  # 110
     "tests/multinode/test_two_machines.py",  # 110
-    "tests/study/test_committed_records.py",  # 93
     "tests/trainer/test_async.py",  # 90
     "tests/offline/test_pipeline.py",  # 80
     "tests/evaluation/test_server_recovery.py",  # 72
