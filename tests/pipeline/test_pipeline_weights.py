@@ -138,13 +138,15 @@ def test_the_webshop_rl_pipeline_checks_its_sft_weights_and_commits_its_cells():
     assert full.command == sft.command
     (rl,) = plan.units(pipeline.stage("rl"))
     assert rl.argv[rl.argv.index("--model") + 1] == str(sft.weights)
-    # the pilot starts from the same SFT weights: GiGPO at two learning rates, with held-out curves
+    # the pilot starts from the same SFT weights: GiGPO at two learning rates, with held-out curves, trained on a
+    # fresh catalogue's goals and evaluated on the SFT stage's held-out goals
     (pilot,) = plan.units(pipeline.stage("pilot"))
     assert pilot.argv[pilot.argv.index("--model") + 1] == str(sft.weights)
     piloted = resolve_settings(root / pilot.argv[pilot.argv.index("-c") + 1], None, str(sft.weights), None, None,
                                None, [], pilot.argv[pilot.argv.index("--env-args") + 1], 50, None, None)
     assert piloted.variants == {"gigpo_lr1e5": "gigpo", "gigpo_lr3e6": "gigpo"} and piloted.evaluation.at_steps == [4, 8]
-    assert piloted.results == "benchmarks/results/study_webshop_rl_pilot"
+    assert piloted.results == "benchmarks/results/study_webshop_rl_pilot_fresh"
+    assert piloted.training_env_args() == {**piloted.env_args, "seed": 1} and "seed" not in piloted.env_args
     settings = resolve_settings(root / rl.argv[rl.argv.index("-c") + 1], None, str(sft.weights), None, "0,1,2", 12,
                                 [], rl.argv[rl.argv.index("--env-args") + 1], 50, None, None)
     assert settings.algos == ["grpo", "gigpo", "mt_grpo_k", "ppo_bi_level"] and settings.seeds == [0, 1, 2]

@@ -331,3 +331,21 @@ def test_heldout_curve_steps_are_part_of_the_budget(tmp_path):
     assert code == 0 and "also after steps [1]" in text, text
     code, text = study("--config", config, "--out", tmp_path / "study", "--dry-run", "--steps", "2", "--at-steps", "")
     assert code == 0 and "held-out learning curve" not in text, text
+
+
+def test_training_environment_arguments_change_training_only_and_are_part_of_the_budget(tmp_path):
+    """[train_env_args]: the cells train on env_args with these changes (e.g. WebShop goals from another catalogue
+    seed) and every held-out evaluation keeps env_args; settings without it compare as before it existed."""
+    plain = settings(env_args={"max_turns": 2})
+    fresh = settings(env_args={"max_turns": 2}, train_env_args={"seed": 1})
+    assert fresh.training_env_args() == {"max_turns": 2, "seed": 1} and fresh.env_args == {"max_turns": 2}
+    assert "train_env_args" not in plain.comparable() and fresh.comparable()["train_env_args"] == {"seed": 1}
+    with pytest.raises(StudyError, match=r"(?s)other settings.*train_env_args: None -> \{'seed': 1\}"):
+        merge_grids(plain, fresh)
+    with pytest.raises(StudyError, match=r"train_env_args = 1: give a table"):
+        settings(train_env_args=1)
+    config = tmp_path / "s.toml"
+    config.write_text('env = "vf-triviaqa-search"\nmodel = "tiny-random"\nalgos = ["grpo"]\nseeds = [0]\n'
+                      '[train_env_args]\nnum_train_examples = 4\n[training]\nmax_steps = 1\n')
+    code, text = study("--config", config, "--out", tmp_path / "study", "--dry-run")
+    assert code == 0 and 'training environment: env_args with {"num_train_examples": 4}' in text, text

@@ -144,6 +144,9 @@ def show_plan(settings, out: Path) -> None:
     console.print(f"[bold]study[/bold] {out}: {settings.env} with {settings.model}"
                   + (f"; committed records in {settings.results}" if settings.results else ""))
     console.print("budget per cell: " + ", ".join(f"{k}={v}" for k, v in settings.budget().items()))
+    if settings.train_env_args:
+        console.print(f"training environment: env_args with {json.dumps(settings.train_env_args)} (held-out: "
+                      "env_args as they are)")
     console.print(f"held-out evaluation: {settings.evaluation.examples} examples x {settings.evaluation.rollouts} "
                   f"rollouts, sampling {settings.sampling()}; baseline {settings.report.baseline}"
                   + (f"; also after steps {settings.evaluation.at_steps} (held-out learning curve)"

@@ -248,7 +248,9 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
         lines += [f"- {f['cell']} ({f['failed']}): {f['error']}" for f in data.failures]
     sampling = ", ".join(f"{k} {v}" for k, v in data.sampling.items())
     lines += ["", "Every cell: " + ", ".join(f"{k} = {v}" for k, v in budget.items()) + "; environment "
-              f"`{json.dumps(s['env_args'])}`. Held-out evaluation before training (once per seed, the base model) "
+              f"`{json.dumps(s['env_args'])}`" + (f", trained with `{json.dumps(s['train_env_args'])}` changed"
+                                                     if s.get("train_env_args") else "") +
+              ". Held-out evaluation before training (once per seed, the base model) "
               f"and after (every cell): the same {ev['examples']} examples x {ev['rollouts']} sampled rollouts "
               f"({sampling})."]
     for algo, directory in s.get("offline_datasets", {}).items():

@@ -263,7 +263,9 @@ def cell_key(algo: str, seed: int, replicate: int = 0) -> str:
 
 
 def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, algo: str, seed: int,
-             manifest: Manifest, replicate: int = 0) -> None:
+             manifest: Manifest, replicate: int = 0, train_env=None) -> None:
+    """Train one cell (on `train_env` where [train_env_args] gives one, else on the held-out set's environment),
+    then evaluate its curve points and final weights on every held-out set."""
     from transformers.trainer_utils import get_last_checkpoint
 
     from rlvr.offline.run import train_offline
@@ -298,8 +300,8 @@ def run_cell(envs: dict, server, settings: StudySettings, layout: StudyLayout, a
             train_offline(settings.model, config, settings.offline_datasets[algo], resume=resumed_from or False,
                           callbacks=callbacks)
         else:
-            run_training(envs[None], settings.model, config, server_url=server.url, env_args=settings.env_args,
-                         resume=resumed_from or False, callbacks=callbacks)
+            run_training(train_env or envs[None], settings.model, config, server_url=server.url,
+                         env_args=settings.training_env_args(), resume=resumed_from or False, callbacks=callbacks)
         gc.collect()  # the trainer, its model and optimizer: free them before the next cell loads its own
     wall["training"] = time.perf_counter() - start
     evaluate_curve({None: envs[None]}, server, settings, layout, unit, cell_key(algo, seed, replicate), seed)
@@ -442,6 +444,8 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
             # None: the study's held-out set; then each [evaluation.sets] set, evaluated on the same weights
             envs = {None: env, **{name: evaluation.load_env(settings.env, settings.evaluation.env_args(
                 name, settings.env_args)) for name in settings.evaluation.sets}}
+            train_env = (evaluation.load_env(settings.env, settings.training_env_args())
+                         if settings.train_env_args and cells else None)
         for held_out in envs.values():
             check_eval_split(held_out, settings)
         console.print(f"{len(bases)} base evaluation(s) and {len(cells)} cell(s) to run; starting rlvr serve for "
@@ -455,7 +459,7 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
             for number, (algo, seed, replicate) in enumerate(cells, start=1):
                 console.rule(f"[bold]cell {number}/{len(cells)}: {cell_key(algo, seed, replicate)}")
                 try:
-                    run_cell(envs, server, settings, layout, algo, seed, manifest, replicate)
+                    run_cell(envs, server, settings, layout, algo, seed, manifest, replicate, train_env)
                 except (ServerError, evaluation.ServerLost, MemoryError):
                     raise  # every later cell would meet them: the study stops (the same command resumes it)
                 except Exception as err:  # this cell's own failure, e.g. a rollout its recipe cannot train on

@@ -15,6 +15,8 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
     results = "benchmarks/results/NAME"  # committed records of finished units: a fresh clone runs only the others
                                          # (rlvr.study.records; operational: not part of the budget)
     [env_args]                           # load_environment arguments, the same for every cell
+    [train_env_args]                     # changes to env_args for the training rollouts only (e.g. goals from
+                                         # another catalogue seed); every held-out evaluation keeps env_args
     [training]                           # configuration fields shared by every cell: the budget
     [algo_options.mt_grpo]               # fields for one algorithm only, e.g. its [algo_options.mt_grpo.credit]
     [variants]                           # NAME = "ALGO": a cell name for a registered algorithm with its own
@@ -164,6 +166,9 @@ class StudySettings:
     algos: list[str]
     seeds: list[int]
     env_args: dict[str, Any] = field(default_factory=dict)
+    # load_environment arguments changed for training only: the cells train on one set of tasks and are evaluated
+    # on env_args' held-out set (e.g. WebShop goals from a fresh catalogue, evaluated on the SFT's held-out goals)
+    train_env_args: dict[str, Any] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
     algo_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     offline_datasets: dict[str, str] = field(default_factory=dict)
@@ -188,6 +193,9 @@ class StudySettings:
                 raise StudyError(f"algorithm {name!r}: {err}") from None
             return True
 
+        if not isinstance(self.train_env_args, dict):
+            raise StudyError(f"train_env_args = {self.train_env_args!r}: give a table of the load_environment "
+                             "arguments that training changes, e.g. [train_env_args] seed = 1")
         if not self.algos:
             raise StudyError("algos is empty: name at least one algorithm (`rlvr train --list` shows them)")
         for name, algo in self.variants.items():
@@ -255,6 +263,10 @@ class StudySettings:
         shared = {k: v for k, v in self.training.items() if not is_offline(recipe) or k in OFFLINE_SHARED}
         return {**defaults, **shared, **self.algo_options.get(algo, {})}
 
+    def training_env_args(self) -> dict[str, Any]:
+        """The load_environment arguments of the environment the cells train on."""
+        return {**self.env_args, **self.train_env_args}
+
     def sampling(self) -> dict[str, Any]:
         """Sampling of the held-out evaluations: the training sampling unless [evaluation] says otherwise."""
         training = self.training
@@ -292,6 +304,8 @@ class StudySettings:
         data["evaluation"].pop("max_concurrent", None)
         if not data["evaluation"]["at_steps"]:  # as before at_steps existed: older records and studies still match
             data["evaluation"].pop("at_steps")
+        if not data["train_env_args"]:  # likewise
+            data.pop("train_env_args")
         return data
 
 
