@@ -4,7 +4,11 @@ rollout server a third process on its own port (`--server`), fp32 tiny-random; M
 
 Faults across the two machines, in one chained run: the rollout server (the user's, on its own port) killed and
 started again by hand, the ranks waiting for it; then SIGTERM to machine 1's rank only, both machines stopping at the
-same step with one checkpoint; then `--resume` on both machines, which finishes the run.
+same step with one checkpoint; then `--resume` on both machines, which finishes the run. It ends like one machine's
+two ranks: the same batches, losses and weights, bit for bit (a batch the kill interrupted is generated again from
+the same weights and seeds, and the resume restores every rank's state), so the same run checks both what the
+faults leave and that two machines train like one. (A clean two-machine run of its own used to check the latter:
+two launches more.)
 
 What cannot run here: NCCL, so the weights reach the server by rlvr's CPU transport (a file in /dev/shm on loopback;
 HTTP when the server's address is not loopback), not by the NCCL sync a GPU server takes. The reference run (one
@@ -50,32 +54,6 @@ def test_the_nccl_weight_sync_client_sends_the_admin_token_a_server_on_another_h
     assert ADMIN_HEADER not in nccl_client(rollout_server.url, 60).session.headers
 
 
-def test_two_machines_train_the_same_batches_as_one_machine_and_end_with_its_weights(rollout_server, one_machine_run,
-                                                                                      tmp_path):
-    run = tmp_path / "run"
-    machines = Machines(tmp_path, run, rollout_server.url, "clean")
-    errs = machines.finish()
-    for node, err in zip(machines.nodes, errs, strict=True):
-        assert node.proc.returncode == 0, err[-3000:]
-    ranks = json.loads((run / "ranks.json").read_text())
-    assert [(r["rank"], r["machine"], r["server"]) for r in ranks] == [(0, 0, "ok"), (1, 1, "ok")]
-    # the same batches, rewards and losses as one machine's two ranks, and the same weights bit for bit
-    assert read_jsonl(run / "rollouts.jsonl") == read_jsonl(one_machine_run / "rollouts.jsonl")
-    ours, theirs = ([{k: r[k] for k in ("step", "loss", "reward", "grad_norm")} for r in read_jsonl(path / "metrics.jsonl")
-                     if "loss" in r] for path in (run, one_machine_run))
-    assert ours == theirs and len(ours) == STEPS
-    assert_same_weights(run, one_machine_run)
-    from rlvr import models
-
-    start = load_file(Path(models.resolve("tiny-random")) / "model.safetensors")
-    assert any(not torch.equal(start[name], weight) for name, weight in final_weights(run).items())  # it trained
-    for machine in range(2):  # each machine wrote its own plan; nothing landed in a working directory
-        assert (run / f"launch_plan-machine{machine}.json").is_file()
-        assert list((tmp_path / f"clean-cwd{machine}").iterdir()) == []
-
-
-
-
 def wait_for_batch(machines: Machines, index: int, timeout: float = 900) -> None:
     """Until the main machine logged batch `index`; fails when a machine exits first."""
     import time
@@ -96,10 +74,12 @@ def user_server(port: int, tmp_path: Path, name: str):
                   timeout=900)
 
 
-def test_two_machines_wait_for_their_restarted_server_stop_together_on_one_sigterm_and_resume(tmp_path):
+def test_two_machines_wait_for_their_restarted_server_stop_together_on_one_sigterm_resume_and_end_like_one_machine(
+        one_machine_run, tmp_path):
     """The faults of tests/faults/test_fault_injection.py with the ranks on two machines. The server is the user's
     (on its own host in a real run), so the ranks wait for it rather than restart it; a SIGTERM that reaches one
-    machine's rank stops both at the step they agree on; the checkpoint resumes on both machines."""
+    machine's rank stops both at the step they agree on; the checkpoint resumes on both machines, and the run ends
+    with the batches, losses and weights of one machine's two ranks."""
     run, port = tmp_path / "run", free_port()
     with user_server(port, tmp_path, "server-1.log") as server:
         machines = Machines(tmp_path, run, server.url, "faulty", *ONLY_THE_PREEMPTIONS_CHECKPOINT)
@@ -128,3 +108,20 @@ def test_two_machines_wait_for_their_restarted_server_stop_together_on_one_sigte
     assert trained_steps(run) == list(range(1, STEPS + 1))
     assert [b["batch_index"] for b in read_jsonl(run / "rollouts.jsonl")] == list(range(STEPS))
     assert (run / "final" / "model.safetensors").is_file()
+    ranks = json.loads((run / "ranks.json").read_text())  # the resumed launches'
+    assert [(r["rank"], r["machine"], r["server"]) for r in ranks] == [(0, 0, "ok"), (1, 1, "ok")]
+
+    # the same batches, rewards and losses as one machine's two ranks, and the same weights bit for bit
+    assert read_jsonl(run / "rollouts.jsonl") == read_jsonl(one_machine_run / "rollouts.jsonl")
+    ours, theirs = ([{k: r[k] for k in ("step", "loss", "reward", "grad_norm")} for r in read_jsonl(path / "metrics.jsonl")
+                     if "loss" in r] for path in (run, one_machine_run))
+    assert ours == theirs and len(ours) == STEPS
+    assert_same_weights(run, one_machine_run)
+    from rlvr import models
+
+    start = load_file(Path(models.resolve("tiny-random")) / "model.safetensors")
+    assert any(not torch.equal(start[name], weight) for name, weight in final_weights(run).items())  # it trained
+    for machine in range(2):  # each machine wrote its own plan; nothing landed in a working directory
+        assert (run / f"launch_plan-machine{machine}.json").is_file()
+        for launch_name in ("faulty", "resumed"):
+            assert list((tmp_path / f"{launch_name}-cwd{machine}").iterdir()) == []
