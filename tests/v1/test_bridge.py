@@ -27,8 +27,10 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 SAMPLING = {"temperature": 1.0, "max_tokens": 8}
 
 
-def rollouts(env: V1Environment, server, **kwargs):
-    rows = [{"example_id": t["idx"], "prompt": t["prompt"]} for t in env.tasks()]
+def rollouts(env: V1Environment, server, mode: str | None = None, **kwargs):
+    """Two episodes of each task (of v1-broken's `mode` only, when given)."""
+    rows = [{"example_id": t["idx"], "prompt": t["prompt"]} for t in env.tasks()
+            if mode is None or t["data"]["mode"] == mode]
     return env.rollouts(rows, 2, url=server.url, model="tiny-random", model_path=models.resolve("tiny-random"),
                         sampling_args=SAMPLING, max_concurrent=4, seed=0, **kwargs)
 
@@ -87,22 +89,26 @@ def test_episodes_carry_the_servers_tokens(training_server):
             assert all(lp <= 0.0 for lp in turn.tokens.completion_logprobs)
 
 
-@pytest.mark.parametrize(("mode", "timeout", "message"), [
-    ("raise_reward", 300, r"every episode of batch 0 of v1:v1-broken failed: .*ZeroDivisionError: the reward divided"),
-    ("hang", 5, r"every episode .* failed: the episode outlived its 5 s limit and was cancelled"),
-    ("block", 5, r"every episode .* failed: killed with the v1 worker at the batch's 35 s deadline"),
-])
-def test_broken_environments_fail_in_one_line(training_server, monkeypatch, mode, timeout, message):
+@pytest.mark.parametrize(("modes", "timeout", "messages"), [
+    (["raise_reward"], 300,
+     [r"every episode of batch 0 of v1:v1-broken failed: .*ZeroDivisionError: the reward divided"]),
+    # one worker start for both: the hanging episodes are cancelled and the worker goes on to the blocking ones,
+    # which die with it at the batch's deadline
+    (["hang", "block"], 5, [r"every episode .* failed: the episode outlived its 5 s limit and was cancelled",
+                            r"every episode .* failed: killed with the v1 worker at the batch's 35 s deadline"]),
+], ids=["raise_reward", "hang_then_block"])
+def test_broken_environments_fail_in_one_line(training_server, monkeypatch, modes, timeout, messages):
     monkeypatch.setenv("PYTHONPATH", str(BROKEN))
-    env = V1Environment("v1:v1-broken", {"taskset": {"mode": mode}, "rlvr": {"episode_timeout": timeout}})
-    start = time.monotonic()
+    env = V1Environment("v1:v1-broken", {"taskset": {"mode": ",".join(modes)}, "rlvr": {"episode_timeout": timeout}})
     try:
-        with pytest.raises(V1Error, match=message) as caught:
-            rollouts(env, training_server)
+        for batch, (mode, message) in enumerate(zip(modes, messages, strict=True)):
+            start = time.monotonic()
+            with pytest.raises(V1Error, match=message) as caught:
+                rollouts(env, training_server, mode, batch=batch)
+            assert "\n" not in str(caught.value)
+            assert time.monotonic() - start < timeout + 180  # the worker's start-up included
     finally:
         env.close()
-    assert "\n" not in str(caught.value)
-    assert time.monotonic() - start < timeout + 180  # the worker's start-up included
 
 
 def test_a_trace_without_token_ids_is_named(training_server):

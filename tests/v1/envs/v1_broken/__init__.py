@@ -1,6 +1,7 @@
 """A broken v1 environment for the bridge's tests (imported by the worker through PYTHONPATH, not installed):
-`mode` picks the fault. "raise_reward": its reward raises; "hang": its harness awaits forever (cancellable);
-"block": its harness blocks the worker's event loop (only a kill ends it)."""
+`mode` picks the fault, or several comma-separated (`num_tasks` tasks of each, in that order: one worker serves
+them all). "raise_reward": its reward raises; "hang": its harness awaits forever (cancellable); "block": its harness
+blocks the worker's event loop (only a kill ends it)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ class BrokenConfig(vf.TasksetConfig):
 
 class BrokenTaskset(vf.Taskset[BrokenTask, BrokenConfig]):
     def load(self) -> list[BrokenTask]:
-        return [BrokenTask(BrokenData(prompt=f"Say {i}.", mode=self.config.mode), self.config.task)
-                for i in range(self.config.num_tasks)]
+        return [BrokenTask(BrokenData(prompt=f"Say {i}.", mode=mode), self.config.task)
+                for mode in self.config.mode.split(",") for i in range(self.config.num_tasks)]
 
 
 class BrokenHarness(vf.Harness[vf.HarnessConfig]):
