@@ -69,14 +69,19 @@ class CalculatorConfig(vf.TasksetConfig):
     """The seed of the expressions."""
     max_terms: int = 3
     """Operands per expression (2 to max_terms)."""
+    max_operand: int = 99
+    """Operands are 1 to max_operand (e.g. 9: sums a 135M model gets right now and then, so groups disagree)."""
 
 
 class CalculatorTaskset(vf.Taskset[CalculatorTask, CalculatorConfig]):
     def load(self) -> list[CalculatorTask]:
+        if self.config.max_terms < 2 or self.config.max_operand < 1:
+            raise ValueError(f"v1-calculator: max_terms={self.config.max_terms} must be >= 2 and max_operand="
+                             f"{self.config.max_operand} >= 1")
         rng = random.Random(self.config.seed)
         tasks = []
         for i in range(self.config.num_tasks):
-            terms = [str(rng.randint(1, 99)) for _ in range(rng.randint(2, self.config.max_terms))]
+            terms = [str(rng.randint(1, self.config.max_operand)) for _ in range(rng.randint(2, self.config.max_terms))]
             expression = terms[0] + "".join(f" {rng.choice('+-')} {t}" for t in terms[1:])
             data = CalculatorData(id=f"calc-{i}", prompt=PROMPT.format(expression=expression),
                                   expression=expression, answer=evaluate(expression))
