@@ -151,4 +151,4 @@ def test_the_webshop_rl_pipeline_checks_its_sft_weights_and_commits_its_cells():
                                 [], rl.argv[rl.argv.index("--env-args") + 1], 50, None, None)
     assert settings.algos == ["grpo", "gigpo", "mt_grpo_k", "ppo_bi_level"] and settings.seeds == [0, 1, 2]
     assert settings.results == "benchmarks/results/study_webshop_rl" and settings.evaluation.examples == 50
-    assert settings.env_args["num_eval_examples"] == 50
+    assert settings.env_args["num_eval_examples"] == 50 and settings.train_env_args == piloted.train_env_args
