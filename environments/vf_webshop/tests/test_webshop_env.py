@@ -52,6 +52,21 @@ def test_datasets_are_seeded():
     assert eval_goals.isdisjoint(r["info"] for r in a.dataset)
 
 
+def test_held_out_rows_say_whether_their_product_was_a_training_target():
+    # the pipeline's arguments (configs/pipelines/webshop_rl_cpu.toml): its README counted by hand 19 of the 25
+    # products of the 50 held-out goals among the 26 training targets, i.e. 74 of 100 rollouts (2 a goal) -> 37 goals
+    env = load_environment(num_train_examples=-1, num_eval_examples=50)
+    targets = set(env.dataset["answer"])
+    infos = [json.loads(i) for i in env.eval_dataset["info"]]
+    assert [i["target_in_training"] for i in infos] == [i["goal"]["asin"] in targets for i in infos]
+    assert len(targets) == 26 and sum(i["target_in_training"] for i in infos) == 37
+    assert len({i["goal"]["asin"] for i in infos if i["target_in_training"]}) == 19
+    assert all("target_in_training" not in json.loads(i) for i in env.dataset["info"])  # training rows: no flag
+    few = load_environment(num_train_examples=2, num_eval_examples=50)  # only the goals it trains on count
+    assert [json.loads(i)["target_in_training"] for i in few.eval_dataset["info"]] == [
+        i["goal"]["asin"] in set(few.dataset["answer"]) for i in infos]
+
+
 def test_one_shot_example_shows_valid_actions_and_gives_no_answer_away():
     env = load_environment(one_shot=True, num_eval_examples=4)
     assert env.system_prompt == SYSTEM_PROMPT + ONE_SHOT_EXAMPLE

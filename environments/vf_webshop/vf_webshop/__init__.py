@@ -47,6 +47,10 @@ def load_environment(
         outcome_rewards=[(purchase_reward, 1.0), (success, 0.0)],
         is_tool_result=lambda env_reply: bool(env_reply),  # every shop page answers the previous action
     )
-    return WebShopEnv(shop=shop, dataset=to_dataset(shop, train_goals), eval_dataset=to_dataset(shop, eval_goals),
+    # The flag is about this call's own train split: in a study that trains on other arguments ([train_env_args],
+    # e.g. another catalogue) but evaluates on these, it marks the goals whose product the model that was
+    # trained on these arguments' goals (e.g. the SFT model) saw as a target.
+    eval_dataset = to_dataset(shop, eval_goals, training_targets={g["asin"] for g in train_goals})
+    return WebShopEnv(shop=shop, dataset=to_dataset(shop, train_goals), eval_dataset=eval_dataset,
                       rubric=rubric, max_turns=max_turns, one_shot=one_shot,
                       history_turns=history_turns, **kwargs)

@@ -55,10 +55,17 @@ def split_goals(goals: list[dict], num_train: int, num_eval: int) -> tuple[list[
     return (train_goals[:num_train] if num_train > 0 else train_goals), eval_goals
 
 
-def to_dataset(shop: Shop, goals: list[dict]) -> Dataset:
-    """One row per goal: the search page as the question, the goal's product as the answer."""
+def to_dataset(shop: Shop, goals: list[dict], training_targets: set[str] | None = None) -> Dataset:
+    """One row per goal: the search page as the question, the goal's product as the answer. With
+    `training_targets` (the asins the training goals ask for), each row's info also says whether its product is
+    one of them (`target_in_training`): a held-out goal is a new instruction, not always a new product."""
+    def info(goal: dict) -> dict:
+        if training_targets is None:
+            return {"goal": goal}
+        return {"goal": goal, "target_in_training": goal["asin"] in training_targets}
+
     return Dataset.from_list([
         # JSON keeps each goal's own option keys (Arrow would merge dict keys across rows)
-        {"question": Session(shop, g).observation(), "answer": g["asin"], "info": json.dumps({"goal": g})}
+        {"question": Session(shop, g).observation(), "answer": g["asin"], "info": json.dumps(info(g))}
         for g in goals
     ])
