@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_report import make_study, write_cell, write_curve
+from test_report import make_study, split_study, write_cell, write_curve
 from typer.testing import CliRunner
 
 from rlvr.cli import app
@@ -154,3 +154,16 @@ def test_records_carry_the_heldout_learning_curve(tmp_path):
     here = write_report(root).read_text().split("## Held-out learning curve")[1].split("##")[0]
     shutil.rmtree(root)
     assert write_report(results).read_text().split("## Held-out learning curve")[1].split("##")[0] == here
+
+
+def test_records_carry_the_examples_split_by_field(tmp_path):
+    """[report] split_by: a fresh clone's report (the records alone) splits the per-example pairings as the study
+    directory's report does."""
+    root, results = tmp_path / "study", tmp_path / "results"
+    split_study(root, "target_in_training")
+    export(root, results, ["base/seed-0", "cells/grpo/seed-0", "cells/mt_grpo/seed-0"])
+    bases, _, _ = records.read_records(results)
+    assert bases[0].groups[""] == {"0": "True", "1": "True", "2": "True", "3": "False", "4": "False"}
+    here = write_report(root).read_text().split("Split by `target_in_training`")[1].split("##")[0]
+    shutil.rmtree(root)
+    assert write_report(results).read_text().split("Split by `target_in_training`")[1].split("##")[0] == here

@@ -258,6 +258,61 @@ def test_cells_are_paired_with_the_base_model_and_the_baseline_example_by_exampl
     assert "base" in pairs["grpo/seed-0"]["main"] and "grpo" not in pairs["grpo/seed-0"]["main"]
 
 
+def split_study(root: Path, split_by: str) -> StudyLayout:
+    """One seed, 5 held-out examples, the first three marked target_in_training (in their info, as vf-webshop's
+    held-out rows are), with `[report] split_by` set in the manifest."""
+    make_study(root, seeds=(0,))
+    layout = StudyLayout(root)
+    manifest = json.loads(layout.manifest.read_text())
+    manifest["settings"]["report"]["split_by"] = split_by
+    write_json(layout.manifest, manifest)
+    per_unit = {layout.base(0): {0: [0, 0], 1: [0, 0], 2: [0, 1], 3: [0, 0], 4: [1, 1]},
+                layout.cell("grpo", 0): {0: [1, 0], 1: [0, 0], 2: [1, 1], 3: [0, 0], 4: [1, 0]},
+                layout.cell("mt_grpo", 0): {0: [1, 1], 1: [1, 0], 2: [1, 1], 3: [0, 1], 4: [0, 0]}}
+    for unit, exact_match in per_unit.items():
+        rows = [{"example_id": example, "reward": 0.4 + value, "exact_match": value,
+                 "info": {"goal": {"asin": f"P{example}"}, "target_in_training": example < 3}}
+                for example, values in exact_match.items() for value in values]
+        (layout.eval(unit) / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return layout
+
+
+def test_paired_over_examples_split_by_a_field_of_the_held_out_rows(tmp_path):
+    """[report] split_by: each cell's pairings against the base model and the baseline, again within each value of
+    the field, with the count of examples; the unsplit table stays as it is."""
+    split_study(tmp_path, "target_in_training")
+    report = write_report(tmp_path).read_text()
+    section = report.split("## Paired over the held-out examples (within a seed)")[1].split("## Cells")[0]
+    # grpo - base per example: 0.5, 0, 0.5 | 0, -0.5. True: mean 1/3, s_d 0.288675, half 4.302653 * s_d / √3 =
+    # 0.717; False: mean -0.25, s_d 0.353553, half 12.706205 * s_d / √2 = 3.177
+    # unsplit, as before: mean 0.1, s_d 0.418330, half 2.776445 * s_d / √5 = 0.519
+    assert table_row(section, "grpo/seed-0")[1:] == ["+0.100 [-0.419, +0.619] 2/5", "-"]
+    assert "| cell | target_in_training | examples | exact_match: - base | exact_match: - grpo |" in section
+    assert table_row(section, "grpo/seed-0 | True")[2:] == ["3", "+0.333 [-0.384, +1.050] 2/3", "-"]
+    assert table_row(section, "grpo/seed-0 | False")[2:] == ["2", "-0.250 [-3.427, +2.927] 0/2", "-"]
+    # mt_grpo - base: 1, 0.5, 0.5 | 0.5, -1 (False: s_d 1.06066, half 9.530); mt_grpo - grpo: 0.5, 0.5, 0 | 0.5, -0.5
+    # (False: s_d 0.707107, half 6.353)
+    assert table_row(section, "mt_grpo/seed-0 | True")[2:] == [
+        "3", "+0.667 [-0.050, +1.384] 3/3", "+0.333 [-0.384, +1.050] 2/3"]
+    assert table_row(section, "mt_grpo/seed-0 | False")[2:] == [
+        "2", "-0.250 [-9.780, +9.280] 1/2", "+0.000 [-6.353, +6.353] 1/2"]
+    split = json.loads((tmp_path / "summary.json").read_text())["paired_over_examples_split"]
+    assert split["split_by"] == "target_in_training"
+    assert split["cells"]["mt_grpo/seed-0"]["main"]["grpo"]["exact_match"]["True"]["mean"] == pytest.approx(1 / 3)
+    assert split["cells"]["grpo/seed-0"]["main"]["base"]["exact_match"]["False"]["n"] == 2
+
+
+def test_a_split_by_field_no_row_has_is_named_in_the_report(tmp_path):
+    split_study(tmp_path, "target_in_trainig")
+    report = write_report(tmp_path).read_text()
+    assert ("**[report] split_by = 'target_in_trainig': no held-out row of this evaluation has that field**"
+            in report)
+    assert "| cell | target_in_trainig |" not in report
+    assert "+0.100 [-0.419, +0.619] 2/5" in report  # the unsplit pairings are still there
+    with pytest.raises(StudyError, match=r"\[report\] split_by = '': name a field of the held-out rows"):
+        ReportSettings(split_by="").check()
+
+
 def test_without_results_files_there_is_no_per_example_section(tmp_path):
     """An exported study (summaries only) reports the tables over seeds and no per-example section."""
     report = write_report(make_study(tmp_path)).read_text()

@@ -333,6 +333,16 @@ def test_heldout_curve_steps_are_part_of_the_budget(tmp_path):
     assert code == 0 and "held-out learning curve" not in text, text
 
 
+@pytest.mark.parametrize("name", ["webshop_rl_paired", "webshop_rl_pilot_fresh"])
+def test_webshop_studies_split_their_pairings_by_target_in_training_outside_the_budget(name):
+    """[report] split_by is a report option: a study directory and its committed records compare the same with it
+    or without it."""
+    s = StudySettings.from_dict(read_settings_file(REPO / f"configs/pipelines/studies/{name}.toml"))
+    assert s.report.split_by == "target_in_training"
+    unsplit = StudySettings.from_dict({**s.to_dict(), "report": {**s.to_dict()["report"], "split_by": None}})
+    assert unsplit.comparable() == s.comparable() and merge_grids(s, unsplit).report.split_by is None
+
+
 def test_training_environment_arguments_change_training_only_and_are_part_of_the_budget(tmp_path):
     """[train_env_args]: the cells train on env_args with these changes (e.g. WebShop goals from another catalogue
     seed) and every held-out evaluation keeps env_args; settings without it compare as before it existed."""

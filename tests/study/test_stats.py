@@ -13,9 +13,11 @@ from rlvr.evaluation import Stat
 from rlvr.study.stats import (
     across_seeds,
     detect_collapse,
+    example_groups,
     example_means,
     is_constant,
     mean_band,
+    paired_by_group,
     paired_difference,
     pooled_replicate_sd,
     rerun_spread,
@@ -63,6 +65,19 @@ def test_example_means_average_each_examples_rollouts_and_pair_by_example_id():
     base = example_means([{"example_id": 3, "won": 0.0}, {"example_id": 7, "won": 0.5}], "won")
     diff = paired_difference(example_means(rows, "won"), base)
     assert (diff.n, diff.mean, diff.wins) == (2, 0.5, 2)
+
+
+def test_examples_split_by_a_field_of_their_rows_or_their_info():
+    rows = [{"example_id": 1, "info": {"seen": True}}, {"example_id": 2, "info": {"seen": False}},
+            {"example_id": 3, "seen": "yes", "info": {"seen": False}}, {"example_id": 4, "info": {}},
+            {"example_id": 5}]
+    # a key of the row wins over one of its info; examples without the field are left out
+    assert example_groups(rows, "seen") == {"1": "True", "2": "False", "3": "yes"}
+    assert example_groups(rows, "absent") == {}
+    treatment, base = {"1": 1.0, "2": 0.0, "3": 1.0, "4": 1.0}, {"1": 0.0, "2": 0.5, "3": 0.5, "4": 0.0}
+    split = paired_by_group(treatment, base, example_groups(rows, "seen"))
+    assert list(split) == ["False", "True", "yes"]  # example 4 has no group: in none of them
+    assert [(d.n, d.mean) for d in split.values()] == [(1, -0.5), (1, 1.0), (1, 0.5)]
 
 
 def test_one_or_no_shared_seed_gives_no_interval():

@@ -159,21 +159,23 @@ def cell_from_json(data: dict[str, Any]):
 def base_from_json(data: dict[str, Any]):
     return BaseRecord(seed=data["seed"], after=_stats(data["after"]),
                       sets={n: _stats(s) for n, s in data.get("sets", {}).items()}, examples=data.get("examples", {}),
-                      wall_s=data["wall_s"], provenance=data.get("provenance", {}))
+                      wall_s=data["wall_s"], provenance=data.get("provenance", {}), groups=data.get("groups", {}))
 
 
 def write_record(settings: StudySettings, layout: StudyLayout, unit: Path) -> Path:
     """The record of a finished unit of the study directory (done.json present), written atomically into the
     study's results directory."""
     key = unit_key(layout, unit)
-    sets, metrics = list(settings.evaluation.sets), settings.report.headline
+    sets, metrics, split_by = list(settings.evaluation.sets), settings.report.headline, settings.report.split_by
     if key.startswith("base/"):
-        data, algo = dataclasses.asdict(read_base(layout, int(unit.name.removeprefix("seed-")), sets, metrics)), None
+        data = dataclasses.asdict(read_base(layout, int(unit.name.removeprefix("seed-")), sets, metrics, split_by))
+        algo = None
     else:
         parts = key.split("/")
         replicate = int(parts[3].removeprefix("replicate-")) if len(parts) > 3 else 0
         algo = parts[1]
-        data = cell_to_json(read_cell(layout, algo, int(parts[2].removeprefix("seed-")), replicate, sets, metrics))
+        data = cell_to_json(read_cell(layout, algo, int(parts[2].removeprefix("seed-")), replicate, sets, metrics,
+                                      split_by))
     found = definition(settings, algo)
     record = {"key": key, "algo": algo, "definition": found, "definition_sha256": digest(found), **data}
     return atomic_write_json(record_path(Path(settings.results), key), record)

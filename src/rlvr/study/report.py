@@ -36,6 +36,7 @@ from rlvr.study.stats import (  # noqa: E402
     first_step_reaching,
     is_constant,
     mean_band,
+    paired_by_group,
     paired_difference,
     pooled_replicate_sd,
     rerun_spread,
@@ -140,16 +141,35 @@ class StudyData:
         return paired_difference(self.values(algo, metric, held_out), self.base_values(metric, held_out),
                                  self.report.confidence)
 
-    def paired_over_examples(self, cell: CellRecord, metric: str, evaluation: str = MAIN,
-                             against: str | None = None) -> PairedDifference:
-        """Within the cell's seed: its per-example means minus those of the base model (`against` None) or of
-        algorithm `against`'s cell of the same seed, over the held-out examples both evaluated."""
+    def example_pair(self, cell: CellRecord, metric: str, evaluation: str,
+                     against: str | None) -> tuple[dict[str, float], dict[str, float]]:
+        """The cell's per-example means of `metric` and those of the base model (`against` None) or of algorithm
+        `against`'s cell of the same seed."""
         if against is None:
             other = self.base_examples.get(cell.seed, {})
         else:
             other = next((c.examples for c in self.cells if (c.algo, c.seed) == (against, cell.seed)), {})
-        return paired_difference(cell.examples.get(evaluation, {}).get(metric, {}),
-                                 other.get(evaluation, {}).get(metric, {}), self.report.confidence)
+        return cell.examples.get(evaluation, {}).get(metric, {}), other.get(evaluation, {}).get(metric, {})
+
+    def paired_over_examples(self, cell: CellRecord, metric: str, evaluation: str = MAIN,
+                             against: str | None = None) -> PairedDifference:
+        """Within the cell's seed: its per-example means minus those of the base model (`against` None) or of
+        algorithm `against`'s cell of the same seed, over the held-out examples both evaluated."""
+        return paired_difference(*self.example_pair(cell, metric, evaluation, against), self.report.confidence)
+
+    def example_groups(self, evaluation: str = MAIN) -> dict[str, str]:
+        """Held-out example id -> its [report] split_by value on `evaluation`, from every unit that read one (the
+        units evaluate the same examples; a record written without split_by has none)."""
+        found: dict[str, str] = {}
+        for unit in [*self.base_records, *self.cells]:
+            found |= unit.groups.get(evaluation, {})
+        return found
+
+    def paired_over_examples_split(self, cell: CellRecord, metric: str, evaluation: str = MAIN,
+                                   against: str | None = None) -> dict[str, PairedDifference]:
+        """`paired_over_examples` within each value of the [report] split_by field (value -> pairing)."""
+        return paired_by_group(*self.example_pair(cell, metric, evaluation, against),
+                               self.example_groups(evaluation), self.report.confidence)
 
 
 def load_study(root: Path) -> StudyData:
@@ -167,8 +187,9 @@ def load_study(root: Path) -> StudyData:
     settings = manifest["settings"]
     sets = list(settings["evaluation"].get("sets", {}))
     report = ReportSettings(**settings["report"])
-    bases = {seed: read_base(layout, seed, sets, report.headline) for seed in layout.finished_bases()}
-    cells = [read_cell(layout, a, s, sets=sets, metrics=report.headline) for a, s in layout.finished_cells()]
+    bases = {seed: read_base(layout, seed, sets, report.headline, report.split_by) for seed in layout.finished_bases()}
+    cells = [read_cell(layout, a, s, sets=sets, metrics=report.headline, split_by=report.split_by)
+             for a, s in layout.finished_cells()]
     replicates = [read_cell(layout, a, s, k) for a, s, k in layout.finished_replicates()]
     commands = [i["command"] for i in manifest["invocations"] if i.get("command")]
     if results is not None and results.is_dir():
@@ -500,7 +521,32 @@ def render_paired_over_examples(data: StudyData, headline: Sequence[str]) -> lis
                    for other in compare for m in headline)] for c in cells]
         lines += ["", f"**{evaluation or 'the held-out set of the environment arguments'}**", "",
                   markdown_table(header, rows), "", resolution(data, cells, headline, evaluation)]
+        if rep.split_by:
+            lines += render_split(data, cells, headline, evaluation, compare)
     return lines
+
+
+def render_split(data: StudyData, cells: Sequence[CellRecord], headline: Sequence[str], evaluation: str,
+                 compare: Sequence[str | None]) -> list[str]:
+    """The per-example pairings of one evaluation again, within each value of the [report] split_by field."""
+    name, groups = data.report.split_by, data.example_groups(evaluation)
+    if not groups:
+        return ["", f"**[report] split_by = {name!r}: no held-out row of this evaluation has that field** (neither "
+                "a key of its results.jsonl rows nor of their `info`; a committed record keeps it only if split_by "
+                "was set when the record was written), so these pairings are not split. Fix: name a field the "
+                "environment writes into its rows (e.g. vf-webshop's target_in_training), then `rlvr analyze`."]
+    values = sorted(set(groups.values()))
+    rows = []
+    for cell in cells:
+        split = {(other, m): data.paired_over_examples_split(cell, m, evaluation, other)
+                 for other in compare if other != cell.algo for m in headline}
+        rows += [[f"{cell.algo}/seed-{cell.seed}", value, sum(v == value for v in groups.values()),
+                  *("-" if other == cell.algo else fmt_diff(split[other, m][value])
+                    for other in compare for m in headline)] for value in values]
+    header = ["cell", name, "examples", *(f"{m}: - {other or 'base'}" for other in compare for m in headline)]
+    return ["", f"Split by `{name}` (each example's value in its results.jsonl rows or their `info`; examples: how "
+            "many of the held-out examples have the value): the same pairings within each group.", "",
+            markdown_table(header, rows)]
 
 
 def resolution(data: StudyData, cells: Sequence[CellRecord], headline: Sequence[str], evaluation: str) -> str:
@@ -598,6 +644,7 @@ def summary_record(data: StudyData) -> dict[str, Any]:
                                                      for m in means}
                                    for other in (None, data.report.baseline) if other != c.algo}
             for evaluation, means in c.examples.items()} for c in data.cells if c.examples},
+        **({"paired_over_examples_split": split_record(data)} if data.report.split_by else {}),
         "heldout_curve": {
             "steps": data.curve_steps,
             "algorithms": {a: {m: {step: asdict(across_seeds(data.curve_values(a, m, step)))
@@ -612,6 +659,19 @@ def summary_record(data: StudyData) -> dict[str, Any]:
                           for c in [*data.cells, *data.replicates]}},
         "left": dict(zip(("units", "estimated_s"), remaining(data), strict=True)),
     }
+
+
+def split_record(data: StudyData) -> dict[str, Any]:
+    """summary.json's paired_over_examples within each [report] split_by value: cell -> evaluation -> base or
+    baseline -> metric -> value -> pairing."""
+    def per_value(cell: CellRecord, metric: str, evaluation: str, other: str | None) -> dict[str, dict]:
+        return {value: asdict(d) for value, d in data.paired_over_examples_split(cell, metric, evaluation,
+                                                                                 other).items()}
+
+    return {"split_by": data.report.split_by, "cells": {f"{c.algo}/seed-{c.seed}": {
+        evaluation or "main": {other or "base": {m: per_value(c, m, evaluation, other) for m in means}
+                               for other in (None, data.report.baseline) if other != c.algo}
+        for evaluation, means in c.examples.items()} for c in data.cells if c.examples}}
 
 
 # ---------------------------------------------------------------- plots

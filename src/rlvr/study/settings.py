@@ -28,7 +28,8 @@ TOML layout (every table optional except what a run needs: env, model, algos, se
                                          # held-out learning curve)
     [evaluation.sets]                    # more held-out sets: NAME = {env_args changes}, e.g. valid_seen = {...}
     [report]                             # baseline, headline, collapse_window, collapse_tol, confidence,
-                                         # target (training metric -> value: steps to reach it)
+                                         # target (training metric -> value: steps to reach it), split_by (a field
+                                         # of the held-out rows: the per-example pairings per value of it)
 """
 
 from __future__ import annotations
@@ -147,6 +148,9 @@ class ReportSettings:
     # training metric -> value: the first step whose training batch reached it, per cell (e.g. {outcome = 0.9}:
     # 90% of an optimum of 1.0, the credit suite's "updates to reach 90%")
     target: dict[str, float] = field(default_factory=dict)
+    # a field of each held-out example (a key of its results.jsonl rows, or of their `info`), e.g. vf-webshop's
+    # target_in_training: the per-example pairings are also given for each value of it (None: not split)
+    split_by: str | None = None
 
     def check(self) -> None:
         if self.collapse_window < 1:
@@ -157,6 +161,9 @@ class ReportSettings:
                                  "e.g. target = {outcome = 0.9}")
         if not 0 < self.confidence < 1:
             raise StudyError(f"[report] confidence={self.confidence} must be in (0, 1), e.g. 0.95")
+        if self.split_by is not None and (not isinstance(self.split_by, str) or not self.split_by.strip()):
+            raise StudyError(f"[report] split_by = {self.split_by!r}: name a field of the held-out rows (a key of "
+                             "results.jsonl rows or of their info), e.g. split_by = \"target_in_training\"")
 
 
 @dataclass

@@ -84,6 +84,26 @@ def example_means(rows: Iterable[Mapping], metric: str) -> dict[str, float]:
     return {example: math.fsum(values) / len(values) for example, values in per_example.items()}
 
 
+def example_groups(rows: Iterable[Mapping], name: str) -> dict[str, str]:
+    """Held-out example id -> its value of field `name` as text (a key of its rows, or else of their `info`, where
+    environments keep what they know of an example, e.g. vf-webshop's target_in_training); examples without the
+    field are left out."""
+    found = {}
+    for row in rows:
+        info = row.get("info") if isinstance(row.get("info"), Mapping) else {}
+        if name in row or name in info:
+            found[str(row["example_id"])] = str(row[name] if name in row else info[name])
+    return found
+
+
+def paired_by_group(treatment: Mapping[str, float], baseline: Mapping[str, float], groups: Mapping[str, str],
+                    level: float = 0.95) -> dict[str, PairedDifference]:
+    """`paired_difference` within each group of examples (`example_groups`): group value -> the pairing over the
+    examples of that group only, in the values' sorted order; examples without a group are left out."""
+    return {group: paired_difference({e: v for e, v in treatment.items() if groups.get(e) == group}, baseline, level)
+            for group in sorted(set(groups.values()))}
+
+
 @dataclass(frozen=True)
 class Collapse:
     """Whether a training run's rewards became constant (see `detect_collapse`)."""

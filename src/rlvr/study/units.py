@@ -16,13 +16,15 @@ from rlvr.analysis import read_jsonl
 from rlvr.evaluation import Stat, read_summary
 from rlvr.rollouts import is_rollout_statistic
 from rlvr.study.layout import StudyLayout
-from rlvr.study.stats import example_means
+from rlvr.study.stats import example_groups, example_means
 
 # What a unit's record says of where it came from (written into done.json by the runner, kept in its record).
 PROVENANCE = ("commit", "code_modified", "machine", "command", "model_sha256", "peak_rss_mb", "finished")
 
 # The per-example means of one evaluation: headline metric -> held-out example id -> mean over its rollouts.
 ExampleMeans = dict[str, dict[str, float]]
+# Of one evaluation: held-out example id -> its value of the [report] split_by field (stats.example_groups).
+ExampleGroups = dict[str, str]
 MAIN = ""  # the key of a unit's main evaluation (eval/) beside its [evaluation.sets] names
 
 
@@ -45,6 +47,7 @@ class CellRecord:
     provenance: dict[str, Any] = field(default_factory=dict)  # commit, machine, peak memory, ... (units.PROVENANCE)
     # [evaluation] at_steps: step -> held-out evaluation (main set) of the weights after that step
     heldout_curve: dict[int, dict[str, Stat]] = field(default_factory=dict)
+    groups: dict[str, ExampleGroups] = field(default_factory=dict)  # evaluation -> [report] split_by per example
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class BaseRecord:
     examples: dict[str, ExampleMeans]
     wall_s: dict[str, float]
     provenance: dict[str, Any] = field(default_factory=dict)
+    groups: dict[str, ExampleGroups] = field(default_factory=dict)  # evaluation -> [report] split_by per example
 
 
 def provenance_of(done: dict[str, Any]) -> dict[str, Any]:
@@ -68,16 +72,20 @@ def read_sets(layout: StudyLayout, unit: Path, names) -> dict[str, dict[str, Sta
     return {n: read_summary(layout.eval_set(unit, n)) for n in names if layout.eval_set(unit, n).is_dir()}
 
 
-def read_examples(layout: StudyLayout, unit: Path, sets, metrics) -> dict[str, ExampleMeans]:
-    """The unit's evaluations (MAIN and the sets it has) as per-example means of `metrics`, from their
-    results.jsonl (an evaluation without its rollouts, e.g. an exported study, has none)."""
+def read_examples(layout: StudyLayout, unit: Path, sets, metrics,
+                  split_by: str | None = None) -> tuple[dict[str, ExampleMeans], dict[str, ExampleGroups]]:
+    """The unit's evaluations (MAIN and the sets it has) as per-example means of `metrics`, and each example's
+    value of the field `split_by` (where its rows have it), from their results.jsonl (an evaluation without its
+    rollouts, e.g. an exported study, has none)."""
     dirs = {MAIN: layout.eval(unit), **{n: layout.eval_set(unit, n) for n in sets}}
-    found = {}
+    found, groups = {}, {}
     for name, directory in dirs.items():
         if (directory / "results.jsonl").is_file():
             rows = read_jsonl(directory / "results.jsonl")
             found[name] = {m: means for m in metrics if (means := example_means(rows, m))}
-    return found
+            if split_by and (values := example_groups(rows, split_by)):
+                groups[name] = values
+    return found, groups
 
 
 def read_heldout_curve(layout: StudyLayout, unit: Path) -> dict[int, dict[str, Stat]]:
@@ -87,8 +95,10 @@ def read_heldout_curve(layout: StudyLayout, unit: Path) -> dict[int, dict[str, S
             for p in sorted(points, key=lambda p: int(p.name.removeprefix("step-")))}
 
 
-def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, sets=(), metrics=()) -> CellRecord:
+def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, sets=(), metrics=(),
+              split_by: str | None = None) -> CellRecord:
     unit = layout.cell(algo, seed, replicate)
+    examples, groups = read_examples(layout, unit, sets, metrics, split_by)
     done = json.loads(layout.done(unit).read_text())
     steps = [r for r in read_jsonl(layout.train(unit) / "metrics.jsonl") if "loss" in r]
     curves: dict[str, dict[int, float]] = {}
@@ -101,14 +111,14 @@ def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, set
         reward_std={int(r["step"]): float(r["reward/std"]) for r in steps if "reward/std" in r},
         tokens_generated=sum(float(r.get("tokens/generated", 0.0)) for r in steps),
         wall_s=done["wall_s"], resumed_from=done.get("resumed_from"), replicate=replicate,
-        sets=read_sets(layout, unit, sets), examples=read_examples(layout, unit, sets, metrics),
-        provenance=provenance_of(done), heldout_curve=read_heldout_curve(layout, unit),
+        sets=read_sets(layout, unit, sets), examples=examples, provenance=provenance_of(done),
+        heldout_curve=read_heldout_curve(layout, unit), groups=groups,
     )
 
 
-def read_base(layout: StudyLayout, seed: int, sets=(), metrics=()) -> BaseRecord:
+def read_base(layout: StudyLayout, seed: int, sets=(), metrics=(), split_by: str | None = None) -> BaseRecord:
     unit = layout.base(seed)
     done = json.loads(layout.done(unit).read_text())
+    examples, groups = read_examples(layout, unit, sets, metrics, split_by)
     return BaseRecord(seed=seed, after=read_summary(layout.eval(unit)), sets=read_sets(layout, unit, sets),
-                      examples=read_examples(layout, unit, sets, metrics), wall_s=done["wall_s"],
-                      provenance=provenance_of(done))
+                      examples=examples, wall_s=done["wall_s"], provenance=provenance_of(done), groups=groups)
