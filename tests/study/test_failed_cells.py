@@ -43,7 +43,8 @@ def stand_ins(monkeypatch):
         (layout.eval(layout.base(seed)) / "summary.json").write_text(json.dumps(summary(0.1)))
         (layout.done(layout.base(seed))).write_text(json.dumps({"seed": seed, "wall_s": {"evaluation": 1.0}}))
 
-    def run_cell(envs, server, settings, layout, algo, seed, manifest, replicate=0):
+    def run_cell(envs, server, settings, layout, algo, seed, manifest, replicate=0, train_env=None):
+        assert train_env is None  # no [train_env_args]: the cells train on the held-out set's environment
         ran.append(algo)
         if algo in failing:
             raise failing[algo]
