@@ -30,8 +30,9 @@ def is_v1(name: str) -> bool:
 
 
 def episode_seed(seed: int, batch: int, example_id: int, rollout: int) -> int:
-    """A per-episode sampling seed (vLLM's request seed; every turn of the episode uses it), a pure function of
-    the run seed and the episode's place, like rlvr.seeding's per-request seeds."""
+    """A per-episode sampling seed, a pure function of the run seed and the episode's place, like rlvr.seeding's
+    per-request seeds; each model call of the episode samples with it mixed with the call's prompt length
+    (rlvr.v1.worker.call_seed), so turns do not repeat one another's random draws."""
     digest = hashlib.sha256(f"v1/{seed}/{batch}/{example_id}/{rollout}".encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 

@@ -118,6 +118,34 @@ def prepare_programs() -> None:
     print(f"rlvr v1: verifiers' chat program locked and cached in {PROGRAMS}")
 
 
+def call_seed(seed: int, prompt_tokens: int) -> int:
+    """The sampling seed of one model call of an episode: the episode's seed mixed with the call's prompt length,
+    which grows from call to call within an episode. verifiers' SamplingConfig gives every call of an episode the
+    one seed, and vLLM's seeded sampling then draws the same random numbers at every turn: replies repeat across
+    turns (in v1-credit-suite, SmolLM2-135M's two replies were equal in 107 of 125 episodes), which hides paths
+    whose turns must differ (misleading_reward's B then A). Deterministic, so runs still replay."""
+    import hashlib
+
+    digest = hashlib.sha256(f"v1-call/{seed}/{prompt_tokens}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def seed_each_call() -> None:
+    """Every /inference/v1/generate call of verifiers' train client (renderers.client.generate, looked up per call
+    by verifiers/v1/clients/train.py) gets `call_seed` of its episode's seed."""
+    from renderers import client
+
+    generate = client.generate
+
+    async def seeded_generate(*args, **kwargs):
+        params, prompt_ids = kwargs.get("sampling_params"), kwargs.get("prompt_ids")
+        if params and params.get("seed") is not None and prompt_ids is not None:
+            kwargs["sampling_params"] = {**params, "seed": call_seed(params["seed"], len(prompt_ids))}
+        return await generate(*args, **kwargs)
+
+    client.generate = seeded_generate
+
+
 def read_vllm_logprobs() -> None:
     """renderers 0.1.12 (verifiers 0.4's token client) reads each sampled token's logprob entry of vLLM's
     /inference/v1/generate as {"token": "token_id:<id>", ...} (renderers/client.py, _parse_completion_logprobs);
@@ -191,6 +219,7 @@ async def serve() -> None:
     import verifiers.v1 as vf
 
     read_vllm_logprobs()
+    seed_each_call()
     offline_programs()
     loop = asyncio.get_running_loop()
 
