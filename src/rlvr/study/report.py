@@ -10,7 +10,7 @@ import json
 import math
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -639,12 +639,12 @@ def summary_record(data: StudyData) -> dict[str, Any]:
             "paired_with_base": {a: {m: asdict(data.paired_with_base(a, m, name)) for m in data.metrics}
                                  for a in data.algos},
         } for name in data.settings["evaluation"].get("sets", {})},
-        "paired_over_examples": {f"{c.algo}/seed-{c.seed}": {
-            evaluation or "main": {other or "base": {m: asdict(data.paired_over_examples(c, m, evaluation, other))
-                                                     for m in means}
-                                   for other in (None, data.report.baseline) if other != c.algo}
-            for evaluation, means in c.examples.items()} for c in data.cells if c.examples},
-        **({"paired_over_examples_split": split_record(data)} if data.report.split_by else {}),
+        "paired_over_examples": per_example_record(
+            data, lambda c, m, evaluation, other: asdict(data.paired_over_examples(c, m, evaluation, other))),
+        **({"paired_over_examples_split": {"split_by": data.report.split_by, "cells": per_example_record(
+            data, lambda c, m, evaluation, other: {
+                value: asdict(d) for value, d in data.paired_over_examples_split(c, m, evaluation, other).items()})}}
+           if data.report.split_by else {}),
         "heldout_curve": {
             "steps": data.curve_steps,
             "algorithms": {a: {m: {step: asdict(across_seeds(data.curve_values(a, m, step)))
@@ -661,17 +661,13 @@ def summary_record(data: StudyData) -> dict[str, Any]:
     }
 
 
-def split_record(data: StudyData) -> dict[str, Any]:
-    """summary.json's paired_over_examples within each [report] split_by value: cell -> evaluation -> base or
-    baseline -> metric -> value -> pairing."""
-    def per_value(cell: CellRecord, metric: str, evaluation: str, other: str | None) -> dict[str, dict]:
-        return {value: asdict(d) for value, d in data.paired_over_examples_split(cell, metric, evaluation,
-                                                                                 other).items()}
-
-    return {"split_by": data.report.split_by, "cells": {f"{c.algo}/seed-{c.seed}": {
-        evaluation or "main": {other or "base": {m: per_value(c, m, evaluation, other) for m in means}
+def per_example_record(data: StudyData, pairing: Callable[[CellRecord, str, str, str | None], Any]) -> dict:
+    """summary.json's per-example pairings: cell -> evaluation -> base or baseline -> metric -> pairing(cell, metric,
+    evaluation, other), for paired_over_examples and its split by the [report] split_by field."""
+    return {f"{c.algo}/seed-{c.seed}": {
+        evaluation or "main": {other or "base": {m: pairing(c, m, evaluation, other) for m in means}
                                for other in (None, data.report.baseline) if other != c.algo}
-        for evaluation, means in c.examples.items()} for c in data.cells if c.examples}}
+        for evaluation, means in c.examples.items()} for c in data.cells if c.examples}
 
 
 # ---------------------------------------------------------------- plots
