@@ -19,6 +19,7 @@ from transformers import TrainerControl, TrainerState
 
 from rlvr.serve.launch import Server, free_port
 from rlvr.trainer.faults import (
+    MAX_PAUSE_ENV,
     Preempted,
     Preemption,
     ServerDown,
@@ -140,7 +141,8 @@ def test_a_hung_server_this_run_started_is_killed_before_its_restart(tmp_path):
     assert hung.returncode == -signal.SIGKILL
 
 
-def test_the_users_server_is_waited_for_with_a_doubling_pause_then_named(caplog):
+def test_the_users_server_is_waited_for_with_a_doubling_pause_then_named(caplog, monkeypatch):
+    monkeypatch.delenv(MAX_PAUSE_ENV, raising=False)  # the product's default: no cap (conftest.py sets one)
     url = f"http://127.0.0.1:{free_port()}"
     watch = ServerWatch(url, "rlvr train --resume", "tiny-random", wait_s=1.5, first_wait_s=0.5, health_timeout=1)
     start = time.monotonic()
@@ -150,6 +152,19 @@ def test_the_users_server_is_waited_for_with_a_doubling_pause_then_named(caplog)
     pauses = [r.message.split(": waiting ")[1] for r in caplog.records]
     assert pauses == ["0.5 s for it (0 of 1.5 s waited)", "1 s for it (0.5 of 1.5 s waited)"]  # doubled, capped
     assert "(waited 1.5 s); training stopped. Restart it (rlvr serve --model tiny-random" in str(raised.value)
+
+
+def test_the_pause_between_health_checks_is_capped_by_the_environment(caplog, monkeypatch):
+    monkeypatch.setenv(MAX_PAUSE_ENV, "0.5")
+    watch = ServerWatch(f"http://127.0.0.1:{free_port()}", "x", "tiny-random", wait_s=2, first_wait_s=0.25,
+                        health_timeout=1)
+    with caplog.at_level("WARNING"), pytest.raises(ServerDown, match=r"\(waited 2 s\)"):
+        watch.recover(RuntimeError("generation failed"))
+    pauses = [r.message.split(": waiting ")[1].split(" s for it")[0] for r in caplog.records]
+    assert pauses == ["0.25", "0.5", "0.5", "0.5", "0.25"]  # doubled up to the cap, the last one to wait_s
+    monkeypatch.setenv(MAX_PAUSE_ENV, "0")
+    with pytest.raises(ValueError, match=r"RLVR_SERVER_WAIT_MAX_PAUSE_S='0': .* > 0; unset it for no cap"):
+        ServerWatch("http://127.0.0.1:1", "x", "tiny-random")
 
 
 def test_the_users_server_that_comes_back_is_used_again():

@@ -2,7 +2,9 @@
 
 - `ServerWatch`: when generation or a weight sync fails, tells whether the rollout server died (exit code, when
   this run started it) or does not answer `/health`. A server this run started is restarted (bounded, logged), the
-  user's `--server` waited for (bounded back-off, logged); the trainer then pushes the current weights and
+  user's `--server` waited for (bounded back-off, logged; `$RLVR_SERVER_WAIT_MAX_PAUSE_S` caps the pause between
+  health checks, unset by default: 5, 10, 20, ... s; the test suite sets 1 s, so that a restarted server is found
+  within a second rather than up to 40 s after it answers); the trainer then pushes the current weights and
   generates the batch again. When that fails, training stops with one line naming the server and what happened,
   the tail of its log and the command that continues the run (`ServerDown`).
 - `Preemption`: SIGTERM / SIGINT ask training to stop at the next step boundary (every process agrees on the step),
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 SERVER_LOG_LINES = 20
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+MAX_PAUSE_ENV = "RLVR_SERVER_WAIT_MAX_PAUSE_S"
 
 
 def resume_command(run_dir: str | Path, argv: Sequence[str] | None = None) -> str:
@@ -66,15 +69,17 @@ class ServerWatch:
     started: the `rlvr.serve.launch.Server` this run started (its process and log), None for the user's `--server`.
     restart: starts a new server for the run (with the run's model, dtype and arguments) and returns it; at most
     `max_restarts` times per run. The user's server is waited for instead: health checks with a doubling pause
-    from `first_wait_s`, at most `wait_s` seconds in all.
+    from `first_wait_s`, at most `max_pause_s` (default $RLVR_SERVER_WAIT_MAX_PAUSE_S, else no cap), at most
+    `wait_s` seconds in all.
     """
 
     def __init__(self, url: str, resume: str, model: str, started: Server | None = None, *,
                  restart: Callable[[], Server] | None = None, max_restarts: int = 2, wait_s: float = 300.0,
-                 first_wait_s: float = 5.0, health_timeout: float = 10.0):
+                 first_wait_s: float = 5.0, health_timeout: float = 10.0, max_pause_s: float | None = None):
         self.url, self.resume, self.model, self.started = url, resume, model, started
         self.restart, self.max_restarts, self.restarts = restart, max_restarts, 0
         self.wait_s, self.first_wait_s, self.health_timeout = wait_s, first_wait_s, health_timeout
+        self.max_pause_s = max_pause_s if max_pause_s is not None else max_pause_from_env()
 
     def diagnosis(self) -> str | None:
         """What is wrong with the server ("died (exit code N; the engine's last error: ...)", "does not answer
@@ -133,7 +138,7 @@ class ServerWatch:
     def waited_for(self, problem: str, cause: BaseException) -> str:
         waited, pause = 0.0, self.first_wait_s
         while waited < self.wait_s:
-            pause = min(pause, self.wait_s - waited)
+            pause = min(pause, self.max_pause_s, self.wait_s - waited)
             logger.warning(f"the rollout server {self.url} (--server) {problem}: waiting {pause:g} s for it "
                            f"({waited:g} of {self.wait_s:g} s waited)")
             time.sleep(pause)
@@ -144,6 +149,21 @@ class ServerWatch:
                                "batch generated again")
                 return self.url
         raise ServerDown(self.message(f"{problem} (waited {waited:g} s)")) from cause
+
+
+def max_pause_from_env() -> float:
+    """$RLVR_SERVER_WAIT_MAX_PAUSE_S as seconds (> 0); unset: no cap."""
+    value = os.environ.get(MAX_PAUSE_ENV, "").strip()
+    if not value:
+        return float("inf")
+    try:
+        pause = float(value)
+    except ValueError:
+        pause = 0.0
+    if not pause > 0:
+        raise ValueError(f"${MAX_PAUSE_ENV}={value!r}: the longest pause between health checks of a --server that "
+                         f"is waited for must be a number of seconds > 0; unset it for no cap")
+    return pause
 
 
 class LauncherServer:
