@@ -85,6 +85,22 @@ def test_collect_layout_round_trips_through_jsonl_and_the_hf_dataset(tmp_path):
     assert load_trajectories(tmp_path) == [trajectory]
 
 
+def test_a_tool_calling_trajectory_keeps_its_tools_and_renders_them_with_the_prompt(tmp_path, tokenizer):
+    tool = {"type": "function", "function": {"name": "calculate", "parameters": {"type": "object"}}}
+    calls = [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "calculate", "arguments": '{"expression": "2 + 3"}'}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "5"}, {"role": "assistant", "content": "Answer: 4"}]
+    trajectory = from_record(record(calls, tools=[tool]), "case", segmentation="turn")
+    write_dataset([trajectory], tmp_path / "dataset")
+    assert load_trajectories(tmp_path) == [trajectory] and trajectory.tools == [tool]
+    tokens = tokenize(trajectory, tokenizer)
+    prompt = tokenizer.decode(tokens.input_ids[:tokens.step_starts[0]])
+    assert '<tools>\n{"type": "function", "function": {"name": "calculate"' in prompt  # the model saw the schema
+    acted = tokenizer.decode([t for t, a in zip(tokens.input_ids, tokens.action_mask, strict=True) if a])
+    assert acted == ('<tool_call>\n{"name": "calculate", "arguments": {"expression": "2 + 3"}}\n</tool_call>'
+                     "<|im_end|>Answer: 4<|im_end|>")
+
+
 def test_predict_layout_is_read_given_a_segmentation(tmp_path):
     # what `rlvr predict` (and vf-alfworld's expert export) write: no steps
     predict = record(AGENT, num_turns=2, turn_rewards=[0.5, 1.0], metrics={"won": 1.0}, stop_condition="done",

@@ -20,6 +20,8 @@ A record (fields of `rlvr predict` first, then those `rlvr collect` adds):
     reward          float  the trajectory's reward (the rubric's outcome); OREO's R
     metrics         dict   every reward function's value
     stop_condition  str    why the rollout ended; error: str | null
+    tools           list   optional: the tool schemas (OpenAI `{"type": "function", ...}`) the model was given,
+                           rendered by the chat template with the prompt (a tool-calling environment's expert)
     --- added by rlvr collect ---
     steps           list   the step segmentation: [message index in `completion`, character offset in its
                            content] where each step starts; a step runs to the next step's start or the end of
@@ -48,7 +50,7 @@ Segmentation = Literal["turn", "line"]
 SEGMENTATIONS = ("turn", "line")
 JSONL = "predictions.jsonl"
 DATASET_DIR = "dataset"
-JSON_COLUMNS = ("prompt", "completion", "metrics", "steps")
+JSON_COLUMNS = ("prompt", "completion", "metrics", "steps", "tools")
 
 
 class TrajectoryError(ValueError):
@@ -71,6 +73,7 @@ class Trajectory:
     task: str = "default"
     policy: str | None = None
     sample_index: int = 0
+    tools: list[dict[str, Any]] | None = None
 
     @property
     def num_turns(self) -> int:
@@ -82,7 +85,7 @@ class Trajectory:
             "answer": self.answer, "num_turns": self.num_turns, "turn_rewards": list(self.turn_rewards),
             "reward": self.reward, "metrics": dict(self.metrics), "stop_condition": self.stop_condition,
             "error": self.error, "steps": [list(s) for s in self.steps], "segmentation": self.segmentation,
-            "task": self.task, "policy": self.policy, "sample_index": self.sample_index,
+            "task": self.task, "policy": self.policy, "sample_index": self.sample_index, "tools": self.tools,
         }
 
 
@@ -153,7 +156,7 @@ def from_record(record: dict[str, Any], where: str, segmentation: Segmentation |
         turn_rewards=[float(x) for x in record.get("turn_rewards") or []],
         metrics={k: float(v) for k, v in (record.get("metrics") or {}).items()},
         stop_condition=record.get("stop_condition"), error=record.get("error"), task=record.get("task") or "default",
-        policy=record.get("policy"), sample_index=int(record.get("sample_index", 0)),
+        policy=record.get("policy"), sample_index=int(record.get("sample_index", 0)), tools=record.get("tools") or None,
     )
 
 
@@ -260,8 +263,8 @@ class TokenizedTrajectory:
         return len(self.input_ids)
 
 
-def _render(tokenizer, messages, generation_prompt: bool) -> str:
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+def _render(tokenizer, messages, generation_prompt: bool, tools=None) -> str:
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt)
 
 
 def tokenize(trajectory: Trajectory, tokenizer, where: str = "trajectory") -> TokenizedTrajectory:
@@ -273,14 +276,14 @@ def tokenize(trajectory: Trajectory, tokenizer, where: str = "trajectory") -> To
     character.
     """
     messages = list(trajectory.prompt) + list(trajectory.completion)
-    full = _render(tokenizer, messages, generation_prompt=False)
+    full = _render(tokenizer, messages, generation_prompt=False, tools=trajectory.tools)
     spans: dict[int, tuple[int, int]] = {}  # completion index -> character span of the assistant turn
     offset = len(trajectory.prompt)
     for i, message in enumerate(trajectory.completion):
         if message.get("role") != "assistant":
             continue
-        before = _render(tokenizer, messages[: offset + i], generation_prompt=True)
-        through = _render(tokenizer, messages[: offset + i + 1], generation_prompt=False).rstrip()
+        before = _render(tokenizer, messages[: offset + i], generation_prompt=True, tools=trajectory.tools)
+        through = _render(tokenizer, messages[: offset + i + 1], generation_prompt=False, tools=trajectory.tools).rstrip()
         if not through.startswith(before) or not full.startswith(through):
             raise TrajectoryError(
                 f"{where}: the chat template renders assistant turn {i} differently depending on what follows it "
