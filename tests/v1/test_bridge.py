@@ -93,13 +93,14 @@ def test_episodes_carry_the_servers_tokens(training_server):
     (["raise_reward"], 300,
      [r"every episode of batch 0 of v1:v1-broken failed: .*ZeroDivisionError: the reward divided"]),
     # one worker start for both: the hanging episodes are cancelled and the worker goes on to the blocking ones,
-    # which die with it at the batch's deadline
+    # which die with it at the batch's deadline (5 s + a 15 s margin: the default 30 s would only make it wait)
     (["hang", "block"], 5, [r"every episode .* failed: the episode outlived its 5 s limit and was cancelled",
-                            r"every episode .* failed: killed with the v1 worker at the batch's 35 s deadline"]),
+                            r"every episode .* failed: killed with the v1 worker at the batch's 20 s deadline"]),
 ], ids=["raise_reward", "hang_then_block"])
 def test_broken_environments_fail_in_one_line(training_server, monkeypatch, modes, timeout, messages):
     monkeypatch.setenv("PYTHONPATH", str(BROKEN))
-    env = V1Environment("v1:v1-broken", {"taskset": {"mode": ",".join(modes)}, "rlvr": {"episode_timeout": timeout}})
+    env = V1Environment("v1:v1-broken", {"taskset": {"mode": ",".join(modes)},
+                                         "rlvr": {"episode_timeout": timeout, "deadline_margin": 15}})
     try:
         for batch, (mode, message) in enumerate(zip(modes, messages, strict=True)):
             start = time.monotonic()

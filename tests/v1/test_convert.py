@@ -137,7 +137,10 @@ def test_sampling_and_seeds():
 def test_environment_arguments_are_checked():
     env = V1Environment("v1:v1-calculator", {"taskset": {"num_tasks": 4}, "rlvr": {"episode_timeout": 5}})
     assert env.config == {"taskset": {"num_tasks": 4, "id": "v1-calculator"}} and env.episode_timeout == 5
-    with pytest.raises(RuntimeError, match="only one is episode_timeout"):
+    assert env.deadline_margin == 30
+    env = V1Environment("v1:v1-calculator", {"rlvr": {"deadline_margin": 15}})
+    assert env.deadline_margin == 15 and env.episode_timeout == 600
+    with pytest.raises(RuntimeError, match="only ones are episode_timeout and deadline_margin"):
         V1Environment("v1:x", {"rlvr": {"timeout": 5}})
     with pytest.raises(RuntimeError, match="names no environment"):
         V1Environment("v1:")

@@ -27,7 +27,7 @@ WORKER = Path(__file__).with_name("worker.py")
 RENDERER = f"{Path(__file__).with_name('renderer.py')}:HermesTextRenderer"
 PYTHON_ENV = "RLVR_V1_PYTHON"
 OPEN_TIMEOUT_S = 300.0  # importing verifiers and loading a taskset, on a busy machine
-MARGIN_S = 30.0  # added to a batch's deadline for the worker's own bookkeeping
+MARGIN_S = 30.0  # added to a batch's deadline for the worker's own bookkeeping (rlvr setting deadline_margin)
 
 
 SERVE_FLAGS = ("--enable-scale-out",)
@@ -151,11 +151,12 @@ class Worker:
         Path(self.log.name).unlink(missing_ok=True)
 
     def run(self, batch: int, episodes: list[dict], *, endpoint: dict, sampling: dict, timeout: float,
-            max_concurrent: int) -> dict[int, dict]:
-        """Slot -> {"traces", "error"} for every episode; those that did not come back before the deadline (the
-        worker is then killed) get only an error."""
+            max_concurrent: int, margin: float = MARGIN_S) -> dict[int, dict]:
+        """Slot -> {"traces", "error"} for every episode; those that did not come back before the deadline
+        (`timeout` x the waves of `max_concurrent` episodes + `margin` s; the worker is then killed) get only an
+        error."""
         waves = -(-len(episodes) // max(max_concurrent, 1))
-        deadline = time.monotonic() + timeout * waves + MARGIN_S
+        deadline = time.monotonic() + timeout * waves + margin
         self.send({"op": "run", "batch": batch, "episodes": episodes, "endpoint": endpoint, "sampling": sampling,
                    "timeout": timeout, "max_concurrent": max_concurrent})
         results: dict[int, dict] = {}
@@ -168,7 +169,7 @@ class Worker:
                     raise self.error(message)
                 results[int(message["slot"])] = message
         except TimeoutError:
-            lost = (f"killed with the v1 worker at the batch's {timeout * waves + MARGIN_S:g} s deadline "
+            lost = (f"killed with the v1 worker at the batch's {timeout * waves + margin:g} s deadline "
                     "(a harness that blocks verifiers' event loop cannot be cancelled)")
             for e in episodes:
                 results.setdefault(int(e["slot"]), {"traces": [], "error": lost})

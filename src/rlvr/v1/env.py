@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlvr.rollouts import Rollout
-from rlvr.v1.bridge import RENDERER, V1Error, Worker, check_generate
+from rlvr.v1.bridge import MARGIN_S, RENDERER, V1Error, Worker, check_generate
 from rlvr.v1.convert import V1TraceError, failed_rollout, to_rollout
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,8 @@ def sampling(sampling_args: Mapping[str, Any]) -> dict:
 
 class V1Environment:
     """A verifiers v1 environment, loaded in the bridge's interpreter. `env_args`: the v1 `[env]` config (e.g.
-    `{"taskset": {"num_tasks": 8}}`), plus rlvr's own `{"rlvr": {"episode_timeout": seconds}}`."""
+    `{"taskset": {"num_tasks": 8}}`), plus rlvr's own `{"rlvr": {"episode_timeout": seconds, "deadline_margin":
+    seconds}}` (the margin added to a batch's deadline before its worker is killed; default 30)."""
 
     def __init__(self, name: str, env_args: Mapping[str, Any] | None = None):
         taskset_id = name.removeprefix(PREFIX)
@@ -57,11 +58,12 @@ class V1Environment:
             raise V1Error("`v1:` names no environment: give --env v1:<taskset-id>, e.g. v1:v1-calculator")
         args = copy.deepcopy(dict(env_args or {}))
         settings = args.pop(RLVR_KEY, {}) or {}
-        unknown = set(settings) - {"episode_timeout"}
+        unknown = set(settings) - {"episode_timeout", "deadline_margin"}
         if unknown:
-            raise V1Error(f"unknown rlvr setting(s) {sorted(unknown)} in --env-args' 'rlvr' table: the only one is "
-                          "episode_timeout (seconds)")
+            raise V1Error(f"unknown rlvr setting(s) {sorted(unknown)} in --env-args' 'rlvr' table: the only ones are "
+                          "episode_timeout and deadline_margin (seconds)")
         self.episode_timeout = float(settings.get("episode_timeout", EPISODE_TIMEOUT_S))
+        self.deadline_margin = float(settings.get("deadline_margin", MARGIN_S))
         taskset = dict(args.get("taskset") or {})
         taskset["id"] = taskset_id
         args["taskset"] = taskset
@@ -129,7 +131,8 @@ class V1Environment:
         endpoint = {"base_url": f"{url.rstrip('/').removesuffix('/v1')}/v1", "model": model,
                     "renderer_model": model_path, "renderer": RENDERER}
         results = worker.run(batch, episodes, endpoint=endpoint, sampling=sampling(sampling_args),
-                             timeout=self.episode_timeout, max_concurrent=max_concurrent)
+                             timeout=self.episode_timeout, max_concurrent=max_concurrent,
+                             margin=self.deadline_margin)
         rollouts = []
         for episode, row in zip(episodes, places, strict=True):
             result = results[episode["slot"]]
