@@ -33,4 +33,8 @@ command -v java >/dev/null || apt_install default-jre-headless || echo "warning:
 apt_install python3-seccomp || echo "warning: apt-get install python3-seccomp failed: rlvr.sandbox will run without its seccomp filter"  # sandbox: libseccomp's binding for the system python3 that runs sandboxed programs
 command -v chromium >/dev/null && command -v chromedriver >/dev/null || apt_install chromium chromium-driver || echo "warning: no chromium / chromedriver and apt-get failed: rlvr view's browser tests will fail (apt-get install -y chromium chromium-driver)"
 .venv/bin/python -c 'import torch, transformers, vllm, verifiers; print("setup ok: torch", torch.__version__, "vllm", vllm.__version__, "verifiers", verifiers.__version__)'
+# DeepSpeed's CPU communication op (deepspeed_shm_comm) compiles at a ZeRO run's first start, 1-2 min on 2 cores
+# (tests/trainer/test_step.py's ZeRO checks paid it inside `make test`): built once here into torch's extension cache.
+.venv/bin/python -c 'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()' >/dev/null 2>&1 \
+    || echo "warning: DeepSpeed's shm_comm op did not build now: the first ZeRO run on CPU builds it (needs g++)"
 bash scripts/setup_v1.sh  # the bridge to verifiers v1 environments: .venv-v1 with verifiers 0.4 (docs/v1.md)
