@@ -6,7 +6,11 @@ Per run and step: the outcome (correct answers), the mean turn reward, the fract
 turns per rollout, and the step's wall time (generation through the bridge, training). Writes
 benchmarks/results/v1_calculator.json.
 
-    .venv/bin/python benchmarks/v1_calculator.py [--steps 8] [--algos mt_grpo grpo]
+    .venv/bin/python benchmarks/v1_calculator.py [--steps 8] [--algos mt_grpo grpo] [--model DIR]
+
+`--model`: the model both runs start from: a warm start that calls the tool (SFT on v1-calculator's scripted
+expert, docs/v1.md "A warm start"), since the base SmolLM2 answers in one turn without a call and then turn-level
+and outcome credit coincide.
 """
 
 from __future__ import annotations
@@ -45,16 +49,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--algos", nargs="+", default=["mt_grpo", "grpo"])
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="where both runs start: a registered name or a model directory (an SFT run's final/)")
     args = parser.parse_args()
     runs = {}
-    with launch(model="smollm2-135m", extra_args=[*SERVE_FLAGS, "--dtype", "float32"], timeout=1200) as server, \
+    with launch(model=args.model, extra_args=[*SERVE_FLAGS, "--dtype", "float32"], timeout=1200) as server, \
             tempfile.TemporaryDirectory() as tmp:
         for algo in args.algos:
             env = V1Environment("v1:v1-calculator", ENV_ARGS)
             run_dir = Path(tmp) / algo
             start = time.perf_counter()
             try:
-                run_training(env, "smollm2-135m", MTGRPOConfig(algo=algo, max_steps=args.steps,
+                run_training(env, args.model, MTGRPOConfig(algo=algo, max_steps=args.steps,
                                                                output_dir=str(run_dir), **SETTINGS),
                              server_url=server.url)
             finally:
@@ -65,7 +71,8 @@ def main() -> None:
             atomic_write_json(OUT, {  # after each run: a cut-short benchmark keeps the runs it finished
                 "what": "SmolLM2-135M trained on v1-calculator through the verifiers v1 bridge, per estimator",
                 "command": f".venv/bin/python benchmarks/v1_calculator.py --steps {args.steps} --algos "
-                           f"{' '.join(args.algos)}",
+                           f"{' '.join(args.algos)} --model {args.model}",
+                "model": args.model,
                 "env": "v1:v1-calculator", "env_args": ENV_ARGS, "settings": SETTINGS, "steps": args.steps,
                 "machine": {"cpu": platform.processor() or platform.machine(), "note": "shared CPU machine, 2 cores"},
                 "runs": runs,
