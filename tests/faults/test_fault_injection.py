@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.serve.launch import OWNER_ENV, servers_started_by
+from rlvr.serve.launch import OWNER_ENV, descendants, servers_started_by
 
 pytestmark = pytest.mark.slow
 
@@ -67,23 +67,10 @@ class Training:
 
 def launched_ranks(launcher: int) -> dict[int, int]:
     """rank -> pid of the training processes that torchrun (process `launcher`) started: its descendants with RANK, less the servers (which inherit it from the main rank)."""
-    parents, environs = {}, {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            environs[int(entry.name)] = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-    descendants, frontier = set(), {launcher}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - descendants
-        descendants |= frontier
     ranks = {}
-    for pid in descendants:
-        rank = [value for value in environs[pid] if value.startswith(b"RANK=")]
-        if rank and not any(value.startswith(f"{OWNER_ENV}=".encode()) for value in environs[pid]):
+    for pid, environ in descendants(launcher).items():
+        rank = [value for value in environ if value.startswith(b"RANK=")]
+        if rank and not any(value.startswith(f"{OWNER_ENV}=".encode()) for value in environ):
             ranks[int(rank[0].removeprefix(b"RANK="))] = pid
     return ranks
 

@@ -15,6 +15,7 @@ import pytest
 
 from rlvr.sandbox import SandboxConfig, SandboxError, arun_python, run_python
 from rlvr.sandbox import core as sandbox_core
+from rlvr.serve.launch import descendants
 
 
 def run(code: str, **config):
@@ -155,21 +156,13 @@ def test_cancelling_an_async_call_kills_its_program():
 def _our_sandbox_uids() -> set[int]:
     """The sandbox uids of this process's descendants (its sandbox server's programs): another pytest worker's
     sandboxed programs run beside these under uids of their own."""
-    parents, uids = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    uids = set()
+    for pid in descendants(os.getpid()):
         try:
-            uids[int(entry)] = os.stat(f"/proc/{entry}").st_uid
-            with open(f"/proc/{entry}/stat") as f:
-                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            uids.add(os.stat(f"/proc/{pid}").st_uid)
+        except FileNotFoundError:  # gone meanwhile
             continue
-    ours, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - ours
-        ours |= frontier
-    return {uids[pid] for pid in ours if uids.get(pid, 0) >= sandbox_core.UID_BASE}
+    return {uid for uid in uids if uid >= sandbox_core.UID_BASE}
 
 
 def test_a_forked_caller_starts_its_own_server(in_forked_child):

@@ -148,30 +148,45 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _processes() -> Iterator[tuple[int, int, bytes]]:
-    """(pid, process group, environment) of every live, readable process (Linux /proc; zombies skipped)."""
+def _processes() -> Iterator[tuple[int, int, int, bytes]]:
+    """(pid, parent pid, process group, environment) of every live process (Linux /proc; zombies skipped; the
+    environment empty where it cannot be read: another user's or a non-dumpable process)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            environ = (entry / "environ").read_bytes()
-        except OSError:  # gone meanwhile, or another user's process
+        except OSError:  # gone meanwhile
             continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            environ = b""
         # /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may contain spaces, so split after the last ")".
-        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+        state, ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
         if state not in ("Z", "X"):
-            yield int(entry.name), int(pgrp), environ
+            yield int(entry.name), int(ppid), int(pgrp), environ
 
 
 def group_processes(pgid: int) -> list[int]:
-    return [pid for pid, pgrp, _ in _processes() if pgrp == pgid]
+    return [pid for pid, _, pgrp, _ in _processes() if pgrp == pgid]
+
+
+def descendants(root: int) -> dict[int, list[bytes]]:
+    """pid -> environment (NAME=value entries) of every live descendant of process `root`: its children, theirs, ..."""
+    table = {pid: (ppid, environ) for pid, ppid, _, environ in _processes()}
+    found: dict[int, list[bytes]] = {}
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, (ppid, _) in table.items() if ppid in frontier and pid not in found}
+        found.update({pid: table[pid][1].split(b"\0") for pid in frontier})
+    return found
 
 
 def servers_started_by(owner_pid: int) -> list[int]:
     """Pids of live server processes (API server and engine core) started by `launch` in process `owner_pid`."""
     marker = f"{OWNER_ENV}={owner_pid}".encode()
-    return [pid for pid, _, environ in _processes() if marker in environ.split(b"\0")]
+    return [pid for pid, _, _, environ in _processes() if marker in environ.split(b"\0")]
 
 
 def _stop_group(proc: subprocess.Popen, grace: float) -> None:
