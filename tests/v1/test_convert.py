@@ -160,6 +160,28 @@ def test_evaluation_states_read_back_as_the_same_rollouts():
         assert (back.error is None) == (rollout.error is None)
 
 
+def test_an_evaluation_with_a_bare_tool_call_saves(tmp_path):
+    """A v1 tool call with no content (what a model that only calls the tool writes) is saved beside messages with
+    text: its content is "", not missing (verifiers 0.1.9's saving turned a missing one into a list)."""
+    from rlvr import evaluation
+    from rlvr.v1.env import generate_state
+
+    bare = tool_trace()
+    del bare["nodes"][1]["message"]["content"]
+    rollouts = [to_rollout(bare, **WHERE), to_rollout(RECORDED, **WHERE)]
+    assert rollouts[0].completion[0]["content"] == "" and rollouts[0].completion[0]["tool_calls"]
+    results = {"prompt": [r.prompt for r in rollouts], "completion": [r.completion for r in rollouts],
+               "answer": ["" for _ in rollouts], "task": [r.task for r in rollouts], "info": [{} for _ in rollouts],
+               "example_id": [r.example_id for r in rollouts], "reward": [r.outcome for r in rollouts],
+               "metrics": {}, "state": [generate_state(r) for r in rollouts],
+               "metadata": {"env_id": "v1-test", "env_args": {}, "model": "m", "base_url": "u", "num_examples": 1,
+                            "rollouts_per_example": 2, "sampling_args": {}, "date": "d", "time_ms": 0.0,
+                            "avg_reward": 0.5, "avg_metrics": {}, "state_columns": [], "path_to_save": None}}
+    evaluation.save_results(results, tmp_path / "eval")
+    saved = [json.loads(line) for line in (tmp_path / "eval" / "results.jsonl").read_text().splitlines()]
+    assert saved[0]["completion"][0]["content"] == "" and len(saved) == 2
+
+
 def test_anchor_states_for_gigpo():
     rollout = to_rollout(tool_trace(info={"turn_rewards": [1.0, 0.0], "state_keys": ["start", "after_tool"]}), **WHERE)
     assert rollout.state_keys == ["start", "after_tool"]

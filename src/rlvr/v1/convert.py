@@ -99,8 +99,11 @@ def state_keys(trace: Mapping[str, Any], sampled: Sequence[int]) -> dict[int, An
 
 def chat_message(message: Mapping[str, Any]) -> dict:
     """A v1 message in the OpenAI chat shape rlvr's records use: unset fields dropped, tool calls as
-    {id, type: function, function: {name, arguments}} (v1 keeps them flat)."""
+    {id, type: function, function: {name, arguments}} (v1 keeps them flat), content always a string ("" where v1
+    has none, as on a bare tool call: verifiers 0.1.9's message_to_printable leaves a missing content as a list,
+    which breaks saving an evaluation whose other messages have text)."""
     out = {k: v for k, v in message.items() if v is not None and k != "tool_calls"}
+    out.setdefault("content", "")
     calls = message.get("tool_calls") or []
     if calls:
         out["tool_calls"] = [{"id": c.get("id"), "type": "function",
