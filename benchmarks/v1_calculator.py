@@ -33,8 +33,11 @@ OUT = REPO / "benchmarks" / "results" / "v1_calculator.json"
 # sums and differences of two operands 1-9: on the default tasks (2-3 operands of 1-99) SmolLM2-135M answered none
 # of 32 rollouts over 2 steps right, in one turn without a tool call (2026-11-27), so no group had a signal
 ENV_ARGS = {"taskset": {"num_tasks": 64, "seed": 0, "max_terms": 2, "max_operand": 9}}
+# lr 5e-5 as the v1 credit-suite port (configs/study/credit_suite_v1_port.toml), where 8 steps moved the policy; at
+# 1e-5 the two runs from the warm start logged the same reward, turn rewards, turns and tool use at all 8 steps
+# (2026-11-28): they share the per-call seeds, and their updates were apparently too small to flip sampled tokens
 SETTINGS = dict(seed=0, batch_size=16, rollouts_per_example=4, micro_batch_size=8, max_tokens_per_turn=96,
-                max_seq_len=1024, temperature=1.0, learning_rate=1e-5, report_to="none", logging_steps=1,
+                max_seq_len=1024, temperature=1.0, learning_rate=5e-5, report_to="none", logging_steps=1,
                 progress=False, save_steps=10_000)
 
 
