@@ -1,20 +1,22 @@
 # rlvr: `make demo` runs the main job, `make test` the whole suite but the pipeline smoke runs (`make test-long`,
 # marker long), `make test-fast` the tests that start no vLLM server or training run (-m "not slow"). All set up first.
-# Both run in pytest-xdist workers (TEST_WORKERS / FAST_WORKERS; 0 runs in one process): two workers took 25 min
-# against one process's 41 on this 2-core machine (docs/testing.md, measured runs). Both end with the time per test
-# directory against its share (docs/testing.md: the layout, the budget).
+# Both run in pytest-xdist workers (TEST_WORKERS / FAST_WORKERS; 0 runs in one process). make test: two workers take
+# any unit of work and a third only units that start no server (SERVER_WORKERS; tests/schedule.py), longest first
+# by tests/module_seconds.json (`make test-durations` refreshes it from the last run). Both end with the time per
+# test directory against its share, the workers' finishing times and the machine's load (docs/testing.md).
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 PYPROJECTS := pyproject.toml $(wildcard environments/*/pyproject.toml)
 STAMP := $(VENV)/.setup-$(shell cat $(PYPROJECTS) scripts/setup.sh scripts/setup_v1.sh requirements/v1.txt $(wildcard environments_v1/*/pyproject.toml) 2>/dev/null | sha256sum | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
+SERVER_WORKERS ?= 2
 FAST_WORKERS ?= 2
 LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
 	--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --custom-compile-command "make lock" --quiet
 
-.PHONY: setup test test-fast test-long gpu-check gpu-bundle fuzz demo bench lint lock lock-check clean
+.PHONY: setup test test-fast test-durations test-long gpu-check gpu-bundle fuzz demo bench lint lock lock-check clean
 
 setup: $(STAMP)
 
@@ -23,8 +25,14 @@ $(STAMP):
 	rm -f $(VENV)/.setup-* && touch $@
 
 test: setup lock-check
-	$(OFFLINE) $(BIN)/python -m pytest -m "not long" -n $(TEST_WORKERS) --dist loadgroup --durations=30 $(PYTEST_ARGS); rc=$$?; \
+	$(OFFLINE) RLVR_SERVER_WORKERS=$(SERVER_WORKERS) $(BIN)/python -m pytest -m "not long" -n $(TEST_WORKERS) --dist loadgroup \
+		--durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+# The order's input: each module's seconds in the last run (pytest's cache, written by conftest.py) into the committed
+# tests/module_seconds.json. After a full `make test` on an idle machine, when slow modules were added or changed.
+test-durations:
+	$(BIN)/python -c "import json, pathlib; pathlib.Path('tests/module_seconds.json').write_text(json.dumps(json.loads(pathlib.Path('.pytest_cache/v/rlvr/module_seconds').read_text()), indent=1) + '\\n')"
 
 # Whole benchmark pipelines end to end at the smallest scale (marker `long`, 20+ min each: `rlvr pipeline`'s smoke)
 # and the extra seeds of learning checks whose first seed runs in `make test`.

@@ -231,6 +231,10 @@ def pytest_configure(config):
                             "checks: `make test-long`, not `make test`")
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) reports; workers send reports
         config.pluginmanager.register(DirectoryTimes(), "rlvr-directory-times")
+        if config.getoption("dist", "no") == "loadgroup":
+            from tests.schedule import prepare_units_dir
+
+            prepare_units_dir(config)  # before the workers start: they publish their units there
 
 
 # The GPU checks (tests/gpu, marker `gpu`) run where torch sees a CUDA device (`make gpu-check`); elsewhere they are
@@ -249,7 +253,7 @@ def skip_gpu_tests_without_cuda(items) -> None:
             item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # the order before xdist's worker sends its collection
 def pytest_collection_modifyitems(config, items):
     skip_gpu_tests_without_cuda(items)
     unmarked = [item for item in items
@@ -259,77 +263,54 @@ def pytest_collection_modifyitems(config, items):
         item.warn(pytest.PytestUnknownMarkWarning(
             f"{item.nodeid} starts a vLLM server but is not marked slow: add `pytestmark = pytest.mark.slow`"))
     # in any run: the order keeps each session server's tests together (see SessionServer)
-    share_session_servers(items, groups=config.getoption("dist", "no") == "loadgroup")
+    share_session_servers(items)
 
 
 # ------------------------------------------------------------------------------------------ scheduling the workers
-# `--dist loadgroup` (make test): each module is one unit of work (its module fixtures start once), and the modules
-# that share tiny_server (and the smol_server beside it in tests/serve) or mt_grpo_run's run are one unit each, so
-# that those start once per run. The training_server's modules stay apart: together they are the largest share of
-# the suite, one unit would decide the run's length alone; spread over two workers they cost one more server start.
-# The units go out longest first, so that the last ones to run are short and the workers finish together: the
-# modules that take minutes (LONGEST_FIRST), the other modules with slow tests, then the rest. Keep LONGEST_FIRST in
-# step with the slowest tests that `make test` lists.
+# `make test`'s workers (tests/schedule.py): each module is one unit of work (its module fixtures start once), and
+# the modules that share tiny_server (and the smol_server beside it in tests/serve) or mt_grpo_run's run are one
+# unit each, so that those start once per run. The training_server's modules stay apart: together they are the
+# largest share of the suite, one unit would decide the run's length alone; spread over the workers they cost one
+# more server start each. Units go out longest first; workers past $RLVR_SERVER_WORKERS take light units only.
 SHARED_UNITS = {"tiny_server": "tiny_server", "smol_server": "tiny_server", "mt_grpo_run": "mt_grpo_run"}
-LONGEST_FIRST = (  # from the one-process CI run of 2026-11-27 (38 min): seconds per module or unit, roughly
-    "tiny_server",  # ~600: two session servers' starts, the v1 bridge, vf-eval of every environment, the hub
-    "tests/faults/test_fault_injection.py",  # 320: three real runs with seven server starts between them
-    "tests/trainer/test_training.py",  # 150
-    "tests/study/test_study_run.py",  # ~150: one study, three invocations (was 110, and 93 for the committed records')
-    "tests/trainer/test_smollm2.py",  # 134: SmolLM2's own server and an MT-GRPO step, DeepSpeed's step
-    "tests/serve/test_process_tree.py",  # 100-130: three servers started and killed
-    "tests/multinode/test_two_machines.py",  # 110
-    "tests/trainer/test_async.py",  # 90
-    "tests/offline/test_pipeline.py",  # 80
-    "tests/evaluation/test_server_recovery.py",  # 72
-    "tests/trainer/test_ppo.py",  # 70
-    "tests/cli/test_cli_demo.py",
-    "tests/cli/test_cli_benchmark.py",
-    "mt_grpo_run",
-)
+SERVER_WORKERS = int(os.environ.get("RLVR_SERVER_WORKERS", "2"))
 
 
-def share_session_servers(items, *, groups: bool) -> None:
-    """Put the items in scheduling order (stable within a module) and, with `groups`, mark every test of a module
-    that uses a shared fixture of SHARED_UNITS with that unit's xdist group (the first in LONGEST_FIRST if it uses
-    two)."""
+def share_session_servers(items) -> None:
+    """Put the items in scheduling order (units longest first, stable within a unit) and, in a worker of
+    `make test`, publish each test's unit for the controller's scheduler."""
+    from tests.schedule import UNITS_DIR_ENV, longest_first, measured_seconds, publish_units, unit_seconds
+
     shared = defaultdict(set)
     slow_modules = set()
     for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        shared[item.path] |= {SHARED_UNITS[name] for name in SHARED_UNITS.keys() & fixtures}
+        shared[item.path] |= {SHARED_UNITS[name] for name in SHARED_UNITS.keys() & set(getattr(item, "fixturenames", ()))}
         if item.get_closest_marker("slow") is not None:
-            slow_modules.add(item.path)
-    unit = {}
+            slow_modules.add(module_of(item))
+    unit, modules_of = {}, defaultdict(set)
     for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        units = sorted(shared[item.path], key=LONGEST_FIRST.index)
-        if units and groups:
-            item.add_marker(pytest.mark.xdist_group(units[0]))
-        unit[item] = units[0] if units else module
+        units = sorted(shared[item.path])  # mt_grpo_run before tiny_server, were a module to use both
+        unit[item] = units[0] if units else module_of(item)
+        modules_of[unit[item]].add(module_of(item))
+    rank = {name: index for index, name in
+            enumerate(longest_first(unit_seconds(modules_of, slow_modules, measured_seconds())))}
+    items.sort(key=lambda item: rank[unit[item]])
+    if UNITS_DIR_ENV in os.environ and WORKER is not None:
+        heavy = {name for name, modules in modules_of.items() if modules & slow_modules}
+        publish_units({item.nodeid: unit[item] for item in items}, heavy)
 
-    def order(item) -> int:
-        if unit[item] in LONGEST_FIRST:
-            return LONGEST_FIRST.index(unit[item])
-        return len(LONGEST_FIRST) + (item.path not in slow_modules)
 
-    items.sort(key=order)
+def module_of(item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: pytest without xdist (make gpu-check) has no spec for it
 def pytest_xdist_make_scheduler(config, log):
-    """loadgroup with modules as the units of ungrouped tests, in collection order (share_session_servers')."""
     if config.getoption("dist") != "loadgroup":
         return None
-    from xdist.scheduler import LoadGroupScheduling
+    from tests.schedule import lanes_scheduler
 
-    class ModulesAndServerGroups(LoadGroupScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            return nodeid.split("::", 1)[0] if scope == nodeid else scope
-
-    config.option.loadscopereorder = False  # xdist would put the units with the most tests first
-    return ModulesAndServerGroups(config, log)
+    return lanes_scheduler(config, log, server_workers=SERVER_WORKERS)
 
 
 # ------------------------------------------------------------------------------------- servers left behind
@@ -392,13 +373,17 @@ class DirectoryTimes:
         self.seconds: dict[str, float] = defaultdict(float)
         self.tests: dict[str, int] = defaultdict(int)
         self.modules: dict[str, float] = defaultdict(float)
+        self.worker_done: dict[str, float] = {}  # worker -> minutes into the run of its last report
         self.start = time.monotonic()
+        self.machine = MachineLoad()
 
     def pytest_runtest_logreport(self, report):  # in the xdist controller too: the workers' reports
         area = area_of(report.nodeid)
         self.seconds[area] += report.duration
         self.tests[area] += report.when == "setup"
         self.modules[report.nodeid.split("::", 1)[0]] += report.duration
+        node = getattr(report, "node", None)  # set by xdist's controller on a worker's report
+        self.worker_done[node.gateway.id if node is not None else "main"] = (time.monotonic() - self.start) / 60
 
     def pytest_terminal_summary(self, terminalreporter, config):
         total = sum(self.seconds.values())
@@ -419,10 +404,52 @@ class DirectoryTimes:
             write(f"{area:32} {self.tests[area]:5d} {seconds / 60:8.1f} {share:5.1f}% {limit_text:>6} {verdict}".rstrip())
         write(f"{'all':32} {sum(self.tests.values()):5d} {total / 60:8.1f} (test time, summed over the workers); "
               f"wall {(time.monotonic() - self.start) / 60:.1f} min")
-        # the modules to keep LONGEST_FIRST in step with (the workers' units are modules); also kept in pytest's
-        # cache (.pytest_cache, key rlvr/module_seconds) for reading after the run
+        # whether the workers finished together (the order, tests/schedule.py) and whether the cores had time left
+        # (more light lanes) or memory did not (fewer server workers)
+        write("workers done at: " + ", ".join(f"{worker} {minutes:.1f} min"
+                                              for worker, minutes in sorted(self.worker_done.items())))
+        write(self.machine.summary())
+        # the order's input for the next runs: a whole run's module times, kept in pytest's cache (.pytest_cache,
+        # key rlvr/module_seconds); `make test-durations` commits them to tests/module_seconds.json
         slowest = sorted(self.modules.items(), key=lambda kv: -kv[1])[:15]
         write("slowest modules: " + ", ".join(f"{module} {seconds:.0f} s" for module, seconds in slowest))
-        if getattr(config, "cache", None) is not None:  # absent under -p no:cacheprovider
-            config.cache.set("rlvr/module_seconds", dict(sorted(self.modules.items(), key=lambda kv: -kv[1])))
+        if whole and getattr(config, "cache", None) is not None:  # absent under -p no:cacheprovider
+            config.cache.set("rlvr/module_seconds",
+                             {module: round(seconds, 1) for module, seconds in
+                              sorted(self.modules.items(), key=lambda kv: -kv[1])})
+
+
+class MachineLoad:
+    """The whole machine's CPU use (/proc/stat) and peak memory in use (/proc/meminfo, sampled every 2 s) over the
+    run: other work on the machine counts too, which is the point (a run beside a long job is not a measurement)."""
+
+    def __init__(self):
+        import threading
+
+        self.cpu_start = self.cpu_times()
+        self.peak_gb = 0.0
+        self.total_gb = self.meminfo()["MemTotal"] / 2**20
+        threading.Thread(target=self.sample, daemon=True).start()
+
+    @staticmethod
+    def cpu_times() -> tuple[int, int]:
+        """(busy, all) jiffies since boot: idle and iowait are not busy."""
+        fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields) - fields[3] - fields[4], sum(fields)
+
+    @staticmethod
+    def meminfo() -> dict[str, int]:
+        """/proc/meminfo in KiB."""
+        return {line.split(":")[0]: int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()}
+
+    def sample(self) -> None:
+        while True:
+            info = self.meminfo()
+            self.peak_gb = max(self.peak_gb, (info["MemTotal"] - info["MemAvailable"]) / 2**20)
+            time.sleep(2)
+
+    def summary(self) -> str:
+        busy, whole = (end - start for end, start in zip(self.cpu_times(), self.cpu_start, strict=True))
+        return (f"machine: CPUs busy {100 * busy / max(whole, 1):.0f}% of the run ({os.cpu_count()} cores), "
+                f"memory in use at most {self.peak_gb:.1f} of {self.total_gb:.1f} GB")
 
