@@ -142,14 +142,15 @@ def assign_advantages(group: Sequence[Rollout], estimator: str, params: Mapping[
         raise CreditError(
             f"estimator {estimator!r} assigns credit per turn and needs turn rewards, but this environment's rubric "
             "scores only whole rollouts. Use --algo grpo (outcome only), or score turns with "
-            "rlvr.rubrics.TurnRubric(turn_rewards=[(function, weight), ...])"
+            "rlvr.rubrics.TurnRubric(turn_rewards=[(function, weight), ...]) (a verifiers v1 environment: "
+            "trace.info['turn_rewards'], docs/v1.md)"
         )
     keys = [r.state_keys for r in group]
     if spec.anchor_states and any(k is None for k, r in zip(keys, group, strict=True) if r.turns):
         raise CreditError(
             f"estimator {estimator!r} groups turns by anchor state, but this environment sets no "
-            "step['extras']['state_key'] on its turns; choose another estimator, or have the environment record "
-            "the state each turn acted on"
+            "step['extras']['state_key'] on its turns (a verifiers v1 environment: trace.info['state_keys']); "
+            "choose another estimator, or have the environment record the state each turn acted on"
         )
     advantages = compute_advantages(
         estimator, [r.turn_rewards for r in group], [r.outcome for r in group],

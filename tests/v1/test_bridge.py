@@ -14,10 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from rlvr import models
+from rlvr.cli import app
 from rlvr.v1 import V1Environment, V1Error
 from rlvr.v1.bridge import check_generate
+from rlvr.view.export import export_html
+from rlvr.view.records import to_rollout as view_rollout
 
 pytestmark = pytest.mark.slow
 
@@ -55,8 +59,14 @@ def test_train_three_steps_through_the_bridge(training_server, tmp_path):
     assert all(r["error"] == "" for r in logged)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("turn/1/reward" in m for m in metrics)
-    credit = (run_dir / "token_credit.jsonl").read_text().splitlines()
+    credit = [json.loads(line) for line in (run_dir / "token_credit.jsonl").read_text().splitlines()]
     assert credit, "rlvr view reads the advantages per token from token_credit.jsonl"
+    for record in credit:  # as rlvr view reads it: every turn's trained tokens with their advantage
+        shown = view_rollout(record)
+        trained = [t for sample in shown.samples for t in sample.tokens if t.trained]
+        assert {t.turn for t in trained} == set(range(len(shown.turn_advantages)))
+        assert all(t.advantage is not None for t in trained)
+    assert export_html(run_dir, tmp_path / "view.html")[1:] == (len(credit), len(credit))
     assert (run_dir / "final").is_dir()
 
 
@@ -91,11 +101,13 @@ def test_episodes_carry_the_servers_tokens(training_server):
 
 @pytest.mark.parametrize(("modes", "timeout", "messages"), [
     (["raise_reward"], 300,
-     [r"every episode of batch 0 of v1:v1-broken failed: .*ZeroDivisionError: the reward divided"]),
+     [r"every episode of batch 0 of v1:v1-broken failed: .*ZeroDivisionError: the reward divided by zero "
+      r"\(raised in reward, v1_broken/__init__.py:\d+\)"]),
     # one worker start for both: the hanging episodes are cancelled and the worker goes on to the blocking ones,
     # which die with it at the batch's deadline (5 s + a 15 s margin: the default 30 s would only make it wait)
     (["hang", "block"], 5, [r"every episode .* failed: the episode outlived its 5 s limit and was cancelled",
-                            r"every episode .* failed: killed with the v1 worker at the batch's 20 s deadline"]),
+                            r"every episode .* failed: killed with the v1 worker at the batch's 20 s deadline .*"
+                            r"make its blocking calls awaitable"]),
 ], ids=["raise_reward", "hang_then_block"])
 def test_broken_environments_fail_in_one_line(training_server, monkeypatch, modes, timeout, messages):
     monkeypatch.setenv("PYTHONPATH", str(BROKEN))
@@ -123,6 +135,20 @@ def test_a_trace_without_token_ids_is_named(training_server):
         env.close()
 
 
+def test_a_harness_that_asks_for_a_container_is_named(training_server):
+    """verifiers' Harness defaults to NEEDS_CONTAINER = True (every built-in one but null and bash keeps it), which
+    verifiers refuses in the subprocess runtime with a line that names docker or prime: rlvr's line names its fix."""
+    env = V1Environment("v1:v1-reverse-text", {"taskset": {"num_tasks": 1},
+                                               "agent": {"harness": {"id": "mini_swe_agent"}}})
+    try:
+        with pytest.raises(V1Error, match=r"every episode .* failed: the harness asks for a container .* set "
+                                          r"NEEDS_CONTAINER = False .* use the null or bash harness") as caught:
+            rollouts(env, training_server)
+        assert "\n" not in str(caught.value)
+    finally:
+        env.close()
+
+
 @pytest.mark.timeout(3600)  # the shared server's start when this module is the first to ask for it
 def test_what_cannot_run_here_is_named(tiny_server):
     with pytest.raises(V1Error, match="does not serve /inference/v1/generate .* --enable-scale-out"):
@@ -133,3 +159,10 @@ def test_what_cannot_run_here_is_named(tiny_server):
     missing = V1Environment("v1:no-such-taskset")
     with pytest.raises(V1Error, match="not found.*Install it into the bridge's interpreter"):
         missing.tasks()
+    # the CLI says each in one line too, not a traceback: on load and from the rollouts
+    for env, says in (("v1:", "`v1:` names no environment"), ("v1:v1-calculator", "does not serve /inference")):
+        result = CliRunner().invoke(app, ["evaluate", "--env", env, "--endpoint", f"{tiny_server.url}/v1", "-n", "1",
+                                          "-r", "1", "--max-tokens", "4"])
+        assert result.exit_code == 2, result.output[-2000:]
+        assert [line for line in result.output.splitlines() if line.startswith("error:")] == [
+            result.output.splitlines()[-1]] and says in result.output.splitlines()[-1], result.output[-2000:]

@@ -28,7 +28,8 @@ MaxTokensOption = typer.Option(256, "--max-tokens", help="Max new tokens per ass
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
+    # soft_wrap: the one-line error stays one line in a log or a pipe (rich otherwise breaks it at 80 columns)
+    console.print(f"[red]error:[/red] {message}", soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -72,9 +73,11 @@ def served_model_name(base_url: str) -> str:
 
 
 def load_env_or_exit(env: str, env_args: dict):
+    from rlvr.serve.protocol import ServerError
+
     try:
         return evaluation.load_env(env, env_args)
-    except evaluation.EnvironmentLoadError as err:
+    except (evaluation.EnvironmentLoadError, ServerError) as err:  # ServerError: also rlvr.v1.V1Error, one line
         raise fail(str(err)) from err
 
 

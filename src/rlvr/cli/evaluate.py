@@ -25,6 +25,7 @@ from rlvr.cli.common import (
     parse_env_args,
     sampling,
 )
+from rlvr.serve.protocol import ServerError  # also rlvr.v1.V1Error: a v1 environment's one-line failures
 
 SeedOption = typer.Option(0, "--seed", help="Sampling seed: every request gets a seed derived from it, the example, "
                           "the rollout and the turn (rlvr.seeding), so the same weights and seed give the same "
@@ -72,7 +73,7 @@ def evaluate(
                 rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
                 client=client, sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent, server=server,
             )
-        except (ConnectionError, evaluation.ServerLost) as err:
+        except (ConnectionError, evaluation.ServerLost, ServerError) as err:
             raise fail(str(err)) from err
     results["metadata"]["env_id"], results["metadata"]["env_args"] = env, args
     if search is not None:
@@ -110,7 +111,7 @@ def predict(
                 rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
                 split=split, sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent, server=server,
             )
-        except evaluation.ServerLost as err:
+        except (evaluation.ServerLost, ServerError) as err:
             raise fail(str(err)) from err
     out = out or default_out_dir("predictions", env, served)
     evaluation.save_predictions(evaluation.prediction_records(results), out)
@@ -153,7 +154,7 @@ def benchmark(
                             rollouts_per_example=rollouts_per_example, sampling_args=sampling(temperature, max_tokens),
                             sampling_seed=None if unseeded else seed, max_concurrent=max_concurrent, server=server,
                         )
-                    except evaluation.ServerLost as err:
+                    except (evaluation.ServerLost, ServerError) as err:
                         raise fail(f"{model} x {label}: {err}") from err
                     results["metadata"]["env_id"], results["metadata"]["env_args"] = env, args
                     evaluation.save_results(results, out / model.replace("/", "--") / label)

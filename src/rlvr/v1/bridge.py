@@ -170,7 +170,9 @@ class Worker:
                 results[int(message["slot"])] = message
         except TimeoutError:
             lost = (f"killed with the v1 worker at the batch's {timeout * waves + margin:g} s deadline "
-                    "(a harness that blocks verifiers' event loop cannot be cancelled)")
+                    "(a harness that blocks verifiers' event loop cannot be cancelled): make its blocking calls "
+                    "awaitable (asyncio.to_thread, an async client) or give it more time with --env-args "
+                    "'{\"rlvr\": {\"episode_timeout\": S}}'")
             for e in episodes:
                 results.setdefault(int(e["slot"]), {"traces": [], "error": lost})
             return results

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -38,6 +39,10 @@ NEEDS_NETWORK = ("the harness installs its program with `uv sync --script`, whic
                  "program is locked in the bridge's program cache: run `make setup` (scripts/setup_v1.sh locks and "
                  "caches verifiers' chat program, the null and bash harnesses'); another harness's program needs "
                  "an in-process harness instead (docs/v1.md, 'Hub-shaped environments')")
+NEEDS_CONTAINER = ("the harness asks for a container (verifiers' Harness.NEEDS_CONTAINER, True unless the class sets "
+                   "it False) and rlvr's bridge runs every agent in the local subprocess runtime: set NEEDS_CONTAINER "
+                   "= False on a harness of your own that runs in-process (docs/v1.md, 'Writing a v1 environment for "
+                   "rlvr'); a built-in harness that needs one cannot run here: use the null or bash harness")
 # verifiers' null and bash harnesses (bash: the default of a taskset that ships no harness, as hub environments do)
 # run one PEP 723 chat program, which the runtime installs with `uv sync --script <scripts_dir>/<sha256>.py` in
 # every new process (verifiers/v1/runtimes/base.py, prepare_uv_script). uv resolves a script against the package
@@ -61,6 +66,18 @@ def send(message: dict) -> None:
 def one_line(text: str, limit: int = 600) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def raised_at(trace_text: str | None) -> str:
+    """' (raised in fn, dir/file.py:N)': where the first exception of a recorded traceback was raised (its root
+    cause: traceback.format_exception prints the chain from the cause on), so that a line like 'TaskError: task T
+    scoring: ZeroDivisionError' names the reward or harness code to fix; '' without a traceback."""
+    first = re.split(r"\n(?:The above exception|During handling of the above exception)", trace_text or "")[0]
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', first)
+    if not frames:
+        return ""
+    path, line, function = frames[-1]
+    return f" (raised in {function}, {'/'.join(Path(path).parts[-2:])}:{line})"
 
 
 def env_config(raw: dict):
@@ -208,9 +225,12 @@ async def run_episode(env, task, ctx, timeout: float) -> tuple[list[dict], str |
     error = None
     if not episode.ok:
         errors = [*episode.errors, *(err for t in episode.traces for err in t.errors)]
-        error = one_line("; ".join(f"{err.type}: {err.message}" for err in errors) or "the episode did not finish")
+        error = one_line("; ".join(f"{err.type}: {err.message}{raised_at(err.traceback)}" for err in errors)
+                         or "the episode did not finish")
         if "failed to prepare uv script" in error:
             error = one_line(f"{NEEDS_NETWORK} ({error[:300]})")
+        elif "(NEEDS_CONTAINER)" in error:  # verifiers' own line names docker or prime, which cannot run here
+            error = one_line(f"{NEEDS_CONTAINER} ({error[:300]})")
     return [t.to_record(float_decimals=None) for t in episode.traces], error
 
 
