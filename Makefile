@@ -1,16 +1,17 @@
 # rlvr: `make demo` runs the main job, `make test` the whole suite but the pipeline smoke runs (`make test-long`,
 # marker long), `make test-fast` the tests that start no vLLM server or training run (-m "not slow"). All set up first.
-# Both run in pytest-xdist workers (TEST_WORKERS / FAST_WORKERS; 0 runs in one process). make test: two workers take
-# any unit of work and a third only units that start no server (SERVER_WORKERS; tests/schedule.py), longest first
-# by tests/module_seconds.json (`make test-durations` refreshes it from the last run). Both end with the time per
-# test directory against its share, the workers' finishing times and the machine's load (docs/testing.md).
+# Both run in pytest-xdist workers (TEST_WORKERS / FAST_WORKERS; 0 runs in one process), taking units of work
+# longest first by tests/module_seconds.json (`make test-durations` refreshes it from the last run); workers past
+# SERVER_WORKERS take only units that start no server (tests/schedule.py: for machines with cores to spare; on 2
+# cores a third worker did not pay). Both end with the time per test directory against its share, the workers'
+# finishing times and the machine's load (docs/testing.md).
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 PYPROJECTS := pyproject.toml $(wildcard environments/*/pyproject.toml)
 STAMP := $(VENV)/.setup-$(shell cat $(PYPROJECTS) scripts/setup.sh scripts/setup_v1.sh requirements/v1.txt $(wildcard environments_v1/*/pyproject.toml) 2>/dev/null | sha256sum | cut -c1-16)
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 SERVER_WORKERS ?= 2
 FAST_WORKERS ?= 2
 LOCK_ARGS := pyproject.toml --no-sources --extra gpu --extra train --extra retrieval --generate-hashes \
