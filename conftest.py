@@ -79,9 +79,9 @@ SESSION_SERVER_TIMEOUT_S = 600
 
 
 class SessionServer:
-    """A session server, started when a test first reads it and stopped after the last test of this process that
-    asks for it (`pytest_runtest_teardown`): the tests that share it run one after another (the order of
-    `share_session_servers`), so a worker does not keep a server it no longer needs while it starts others. Reads
+    """A session server, started when a test first reads it and stopped after the last test of its unit of work
+    that asks for it (`pytest_runtest_teardown`): the unit's tests run one after another in one process (the order
+    of `share_session_servers`), so the server starts once, and a worker does not keep it while it runs other units. Reads
     of a running server's fields (`url`, `base_url`, `model`, `port`, `exit_code()`, ...) go to `rlvr.serve.Server`.
     """
 
@@ -128,10 +128,12 @@ def smol_server(smol_model):
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-    """Stop a session server after the last test of this process that uses it (the next one does not; under
-    xdist, `nextitem` is the next test this worker was given). A later test that asks for it starts it again."""
+    """Stop a session server after the last test of its unit of work that uses it (`share_session_servers` marks
+    it), or when this process leaves the unit (under xdist, `nextitem` is the next test this worker was given).
+    A unit's tests run in order in one process, so each session server starts once per unit in between."""
+    leaving = nextitem is None or nextitem.stash.get(UNIT_KEY, None) != item.stash.get(UNIT_KEY, None)
     for name, server in SESSION_SERVERS.items():
-        if uses(item, name) and (nextitem is None or not uses(nextitem, name)):
+        if leaving or name in item.stash.get(LAST_USE_KEY, ()):
             server.stop()
 
 
@@ -274,6 +276,8 @@ def pytest_collection_modifyitems(config, items):
 # more server start each. Units go out longest first; workers past $RLVR_SERVER_WORKERS take light units only.
 SHARED_UNITS = {"tiny_server": "tiny_server", "smol_server": "tiny_server", "mt_grpo_run": "mt_grpo_run"}
 SERVER_WORKERS = int(os.environ.get("RLVR_SERVER_WORKERS", "2"))
+UNIT_KEY = pytest.StashKey[str]()  # each test's unit of work
+LAST_USE_KEY = pytest.StashKey[tuple]()  # the session servers whose unit's last use is this test
 
 
 def share_session_servers(items) -> None:
@@ -295,6 +299,12 @@ def share_session_servers(items) -> None:
     rank = {name: index for index, name in
             enumerate(longest_first(unit_seconds(modules_of, slow_modules, measured_seconds())))}
     items.sort(key=lambda item: rank[unit[item]])
+    last_use = {}  # (unit, session server) -> the unit's last test that uses it, in this order
+    for item in items:
+        item.stash[UNIT_KEY] = unit[item]
+        last_use.update({(unit[item], name): item for name in SESSION_SERVERS if uses(item, name)})
+    for (_, name), item in last_use.items():
+        item.stash[LAST_USE_KEY] = item.stash.get(LAST_USE_KEY, ()) + (name,)
     if UNITS_DIR_ENV in os.environ and WORKER is not None:
         heavy = {name for name, modules in modules_of.items() if modules & slow_modules}
         publish_units({item.nodeid: unit[item] for item in items}, heavy)
