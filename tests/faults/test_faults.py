@@ -233,6 +233,27 @@ def test_sigint_gives_130_and_no_signal_or_the_last_step_stops_nothing():
     assert preemption.preempted("x").code == 130
 
 
+def test_a_signal_arriving_with_stderr_closed_still_stops_with_a_checkpoint(tmp_path):
+    # a session's end closes the terminal's pipe as its SIGTERM arrives: the notice must not raise out of the handler
+    # (BrokenPipeError there aborted a WebShop RL cell mid-step, with no checkpoint)
+    code = ("import os, signal, sys; from accelerate import Accelerator; from rlvr.trainer.faults import Preemption\n"
+            "from transformers import TrainerControl, TrainerState\n"
+            "p = Preemption(Accelerator(cpu=True), 1)\n"
+            "sys.stdin.read()\n"  # wait until the parent has closed the read end of stderr's pipe
+            "with p.signals():\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "control = p.on_step_end(None, TrainerState(global_step=2, max_steps=5), TrainerControl())\n"
+            "exit_ = p.preempted('resume')\n"
+            "open(sys.argv[1], 'w').write(f'{control.should_save} {control.should_training_stop} {exit_.code}')\n")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    outcome = tmp_path / "outcome"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(outcome)], stdin=subprocess.PIPE, stderr=write_end)
+    os.close(write_end)
+    proc.communicate(b"", timeout=120)
+    assert proc.returncode == 0 and outcome.read_text() == "True True 143"
+
+
 def test_a_second_signal_stops_the_process_at_once():
     code = ("import os, signal; from accelerate import Accelerator; from rlvr.trainer.faults import Preemption\n"
             "p = Preemption(Accelerator(cpu=True), 1)\n"

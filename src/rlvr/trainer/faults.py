@@ -196,6 +196,16 @@ class LauncherServer:
         logger.warning(f"the rollout server is back at {self.server.url}")
 
 
+def tell(message: str) -> None:
+    """A notice on stderr that never stops the stop: when a session ends, its terminal or pipe closes as the
+    SIGTERM arrives, and a BrokenPipeError raised inside the handler would abort the step without a checkpoint."""
+    try:
+        sys.stderr.write(message)
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe (EPIPE) or a closed file object
+        pass
+
+
 class Preempted(SystemExit):
     """Training stopped on a signal after writing a checkpoint; the exit status is 128 + the signal number (143 for
     SIGTERM, 130 for SIGINT), as a shell reports a process killed by it."""
@@ -224,8 +234,8 @@ class Preemption(TrainerCallback):
             os.kill(os.getpid(), signum)
             return
         self.received = signum
-        sys.stderr.write(f"\nrlvr: {signal.Signals(signum).name} received: stopping after this step with a "
-                         "checkpoint (send it again to stop at once)\n")
+        tell(f"\nrlvr: {signal.Signals(signum).name} received: stopping after this step with a checkpoint (send it "
+             "again to stop at once)\n")
 
     @contextlib.contextmanager
     def signals(self) -> Iterator[None]:
@@ -262,8 +272,8 @@ class Preemption(TrainerCallback):
 
     def preempted(self, resume: str) -> Preempted:
         name = signal.Signals(self.stop_signal).name
-        sys.stderr.write(f"rlvr: stopped on {name} at step {self.stopped_at}, checkpoint-{self.stopped_at} "
-                         f"written. Continue with: {resume}\n")
+        tell(f"rlvr: stopped on {name} at step {self.stopped_at}, checkpoint-{self.stopped_at} written. Continue "
+             f"with: {resume}\n")
         return Preempted(128 + self.stop_signal)
 
 
