@@ -132,6 +132,15 @@ def test_train_server_unreachable(tmp_path):
     assert result.says("rlvr serve --model tiny-random"), result
 
 
+def test_study_server_unreachable(tmp_path):
+    result = fails("study", "--env", "vf-triviaqa-search", "--model", "tiny-random", "--algos", "grpo", "--seeds", "0",
+                   "--steps", "1", "--env-args", json.dumps(TRIVIAQA_ARGS), "--eval-examples", "2", "--server",
+                   DEAD_URL, "--out", tmp_path / "study")
+    assert result.says(f"the rollout server at {DEAD_URL} is unreachable"), result
+    assert result.says("or leave out --server (server_url=None in Python): rlvr then starts its own"), result
+    assert not (tmp_path / "study" / "server.log").exists() and not (tmp_path / "study" / "cells").exists()
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("{bad", "--env-args is not valid JSON"),
     ("[1, 2]", "--env-args must be a JSON object, got list"),

@@ -1,4 +1,6 @@
-"""`rlvr study` end to end on tiny-random, one study over two machines in three invocations (one server each):
+"""`rlvr study` end to end on tiny-random, one study over two machines in three invocations, all on the user's
+running server (`--server`: the session's training server; each invocation loads the base weights into it first;
+a study's own server is tests/v1/test_study_v1.py's):
 2 algorithms x 2 seeds x 2 steps on vf-triviaqa-search (search protocol), each cell also evaluated after step 1 (the
 held-out learning curve, [evaluation] at_steps), every finished unit committed as a record (`--results`).
 
@@ -112,16 +114,19 @@ def record_files(results) -> list:
     return sorted([*results.glob("base/seed-*.json"), *results.glob("cells/*/seed-*.json")])
 
 
-@pytest.mark.timeout(2400)  # three server starts and eight units: ~6 min alone, several times that on a loaded machine
-def test_a_study_over_two_machines_resumes_an_interrupted_cell_and_reports(tiny_model, tmp_path):
+@pytest.mark.timeout(2400)  # eight units: ~4 min alone, several times that on a loaded machine
+def test_a_study_over_two_machines_resumes_an_interrupted_cell_and_reports(tiny_model, training_server, tmp_path):
     config = tmp_path / "study.toml"
     config.write_text(STUDY_TOML)
     results = tmp_path / "benchmarks" / "results" / "study_tiny"
     study = ("study", "--config", config, "--results", results)
+    on_the_server = ("--server", training_server.url)  # whatever weights earlier tests left there
 
     # 1. machine A: the base evaluations and mt_grpo's cells only, each committed as a record
     machine_a = tmp_path / "a"
-    rlvr(*study, "--out", machine_a, "--cells", "base/seed-0,base/seed-1,mt_grpo/seed-0,mt_grpo/seed-1")
+    rlvr(*study, "--out", machine_a, "--cells", "base/seed-0,base/seed-1,mt_grpo/seed-0,mt_grpo/seed-1",
+         *on_the_server)
+    assert not (machine_a / "server.log").exists()  # no server of its own
     for seed in (0, 1):
         check_cell(machine_a, "mt_grpo", seed)
         assert len(read_jsonl(machine_a / "base" / f"seed-{seed}" / "eval" / "results.jsonl")) == 3
@@ -146,7 +151,7 @@ def test_a_study_over_two_machines_resumes_an_interrupted_cell_and_reports(tiny_
     out = tmp_path / "b"
     dry = rlvr(*study, "--out", out, "--dry-run")
     assert dry.count("done (committed record)") == 2 and "2 cells to run" in dry
-    rlvr(*study, "--out", out)
+    rlvr(*study, "--out", out, *on_the_server)
     assert sorted(p.relative_to(out).as_posix() for p in out.glob("*/*/*/done.json")) == [
         "cells/grpo/seed-0/done.json", "cells/grpo/seed-1/done.json"]  # no base evaluation, no mt_grpo: committed
     assert all(p.read_bytes() == data for p, data in committed.items() if p.name != "results.json")
@@ -180,7 +185,7 @@ def test_a_study_over_two_machines_resumes_an_interrupted_cell_and_reports(tiny_
         assert (out / "plots" / f"{png}.png").read_bytes()[:8] == PNG_MAGIC
         assert f"(plots/{png}.png)" in report
 
-    # another configuration with the same records: named, before any server starts
+    # another configuration with the same records: named, before any server starts (this one would start its own)
     result = CliRunner().invoke(app, [str(a) for a in (*study, "--out", tmp_path / "c", "--set", "learning_rate=2e-3")])
     assert result.exit_code != 0 and not (tmp_path / "c" / "server.log").exists()
     assert "6 committed record(s)" in result.output and "training.learning_rate: 0.001 -> 0.002" in result.output
@@ -201,7 +206,7 @@ def test_a_study_over_two_machines_resumes_an_interrupted_cell_and_reports(tiny_
 
     dry = rlvr(*study, "--out", out, "--dry-run", *only_the_cell)
     assert "resumes from checkpoint-1" in dry and "(1 same-seed re-runs to do" in dry and "2 cells to run" in dry
-    rlvr(*study, "--out", out, *only_the_cell)
+    rlvr(*study, "--out", out, *only_the_cell, *on_the_server)
 
     assert all(p.read_text() == text for p, text in untouched.items())  # nothing finished ran again
     done = json.loads((unit / "done.json").read_text())

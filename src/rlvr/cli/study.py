@@ -200,6 +200,9 @@ def study(
     cells: str | None = typer.Option(
         None, "--cells", help="Run only these units, comma-separated: base/seed-S, ALGO/seed-S (one machine's "
         "share of a study whose records are merged later)."),
+    server: str | None = typer.Option(
+        None, "--server", help="Use a running `rlvr serve` of the study's model (its root URL) instead of starting "
+        "one: the base weights are loaded into it first, each cell then loads its own."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and each cell's state; run nothing."),
 ) -> None:
     """Compare algorithms over seeds under one budget: train every (algorithm, seed) cell, evaluate before and
@@ -224,7 +227,7 @@ def study(
     from rlvr.trainer import ResumeError, ServerError
 
     try:
-        report = run_study(settings, out, command=shlex.join(["rlvr", *sys.argv[1:]]), only=only)
+        report = run_study(settings, out, command=shlex.join(["rlvr", *sys.argv[1:]]), only=only, server_url=server)
     except (StudyError, ServerError, ServerLost, ResumeError, ServeLaunchError) as err:
         raise fail(f"{err}\n  finished cells are kept: the same command resumes the study") from err
     console.print(Markdown(report.read_text()))

@@ -1,7 +1,8 @@
 """`run_study`: every (algorithm, seed) cell of a study trained under one budget and evaluated on one held-out set,
 with one rollout server, resumably.
 
-Order of work, with one server on the base weights at start:
+Order of work, with one server on the base weights at start (the study's own, or the user's `--server`, into which
+the base weights are loaded first):
 1. the base model's held-out evaluation for each seed that lacks one (the server still holds the base weights:
    no cell has trained on it yet in this process);
 2. the cells, seed by seed (all algorithms of seed 0 first, so a study cut short still has complete pairs): each is
@@ -27,7 +28,8 @@ import shutil
 import subprocess
 import time
 import traceback
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,6 +208,50 @@ def check_eval_split(env, settings: StudySettings) -> None:
                          "it) or lower [evaluation] examples")
 
 
+@dataclass(frozen=True)
+class UsersServer:
+    """A running `rlvr serve` of the study's model, given with `--server`: used as it is and never restarted (the
+    study stops when it dies; the same command resumes)."""
+
+    url: str
+    base_url: str
+    model: str  # the served model name
+
+
+def attach_server(url: str, model: str) -> UsersServer:
+    """The user's server, checked like a training run checks its `--server` (it answers, and tokenises chats like
+    `model`'s tokenizer), holding `model`'s weights: the base evaluations read the served weights as they are."""
+    from transformers import AutoTokenizer
+
+    from rlvr import models
+    from rlvr.serve import load_saved_weights
+    from rlvr.trainer.rollout_client import check_server
+
+    root = url.rstrip("/").removesuffix("/v1")
+    served = check_server(root, model, AutoTokenizer.from_pretrained(models.resolve(model)))
+    load_saved_weights(root, Path(models.resolve(model)))  # whatever an earlier run left there
+    return UsersServer(root, f"{root}/v1", served)
+
+
+@contextmanager
+def study_server(settings: StudySettings, layout: StudyLayout, server_url: str | None,
+                 timeout: float) -> Iterator[Any]:
+    """The server the units share: the user's (`server_url`), or one started here and restarted on its port when it
+    dies during an evaluation (rlvr.evaluation.ServerRecovery)."""
+    if server_url is not None:
+        console.print(f"using the rollout server at {server_url} (the study's server_args and server_dtype are "
+                      "that server's own)")
+        yield attach_server(server_url, settings.model)
+        return
+    from rlvr.serve.launch import keep_serving
+
+    console.print(f"starting rlvr serve for {settings.model} (log {layout.server_log})...")
+    with keep_serving(settings.model, dtype=settings.server_dtype,
+                      extra_args=evaluation.server_flags(settings.env, given=settings.server_args),
+                      log_file=layout.server_log, timeout=timeout) as server:
+        yield server
+
+
 def _evaluate(env, server, settings: StudySettings, out_dir: Path, label: str, seed: int,
               weights: Path | None) -> float:
     from rlvr.serve import load_saved_weights
@@ -216,7 +262,8 @@ def _evaluate(env, server, settings: StudySettings, out_dir: Path, label: str, s
     results = evaluation.run_rollouts(
         env, base_url=server.base_url, model=server.model, num_examples=settings.evaluation.examples,
         rollouts_per_example=settings.evaluation.rollouts, sampling_args=settings.sampling(), sampling_seed=seed,
-        max_concurrent=settings.evaluation.max_concurrent, server=server,
+        max_concurrent=settings.evaluation.max_concurrent,
+        server=None if isinstance(server, UsersServer) else server,  # the user's is not ours to restart
         # a server restarted mid-way holds the base weights: the trained ones are loaded again
         after_restart=weights and (lambda url: load_saved_weights(url, weights)),
     )
@@ -410,13 +457,15 @@ def model_sha256(model: str) -> str | None:
 
 
 def run_study(settings: StudySettings, out: Path, *, command: str | None = None, env=None,
-              server_timeout: float = 900, only: Collection[str] | None = None) -> Path:
+              server_timeout: float = 900, only: Collection[str] | None = None,
+              server_url: str | None = None) -> Path:
     """Run the study's missing units into `out` and write its report; returns report.md. A cell that raises is
     recorded (failed.json) and the others run; the report lists it, then StudyError names the failed cells.
 
     env: a loaded verifiers environment to use instead of loading `settings.env` (tests, notebooks).
     command: the command line to record in the manifest (the CLI passes its own).
     only: the unit keys to run (`unit_keys`: base/seed-S, ALGO/seed-S, ...); None: every unit not done.
+    server_url: a running `rlvr serve` of the study's model to use; None starts one.
     """
     from rlvr.study.report import write_report
     from rlvr.trainer.rollout_client import ServerError
@@ -437,8 +486,6 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
         records.write_manifest(settings, Path(settings.results))
         records.export_missing(StudySettings.from_dict(manifest.data["settings"]), layout)
     if bases or cells:
-        from rlvr.serve.launch import keep_serving
-
         with console.status(f"preparing {settings.model} and {settings.env}..."):
             env = env if env is not None else evaluation.load_env(settings.env, settings.env_args)
             # None: the study's held-out set; then each [evaluation.sets] set, evaluated on the same weights
@@ -448,12 +495,8 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
                          if settings.train_env_args and cells else None)
         for held_out in envs.values():
             check_eval_split(held_out, settings)
-        console.print(f"{len(bases)} base evaluation(s) and {len(cells)} cell(s) to run; starting rlvr serve for "
-                      f"{settings.model} (log {layout.server_log})...")
-        # restarted on its port when it dies during an evaluation (rlvr.evaluation.ServerRecovery)
-        with keep_serving(settings.model, dtype=settings.server_dtype,
-                          extra_args=evaluation.server_flags(settings.env, given=settings.server_args),
-                          log_file=layout.server_log, timeout=server_timeout) as server:
+        console.print(f"{len(bases)} base evaluation(s) and {len(cells)} cell(s) to run")
+        with study_server(settings, layout, server_url, server_timeout) as server:
             for seed in bases:
                 run_base(envs, server, settings, layout, seed, manifest)
             for number, (algo, seed, replicate) in enumerate(cells, start=1):

@@ -56,7 +56,7 @@ def check_server(url: str, model: str, tokenizer, timeout: float = 10.0) -> str:
         raise ServerError(
             f"the rollout server at {root} is unreachable ({type(e).__name__}: {e}).\n"
             f"  start one:  {start_command(model, port)}\n"
-            f"  or let rlvr.trainer.run_training start it (server_url=None)"
+            f"  or leave out --server (server_url=None in Python): rlvr then starts its own"
         ) from e
     if not served:
         raise ServerError(f"the server at {root} serves no model")
