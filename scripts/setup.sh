@@ -35,6 +35,9 @@ command -v chromium >/dev/null && command -v chromedriver >/dev/null || apt_inst
 .venv/bin/python -c 'import torch, transformers, vllm, verifiers; print("setup ok: torch", torch.__version__, "vllm", vllm.__version__, "verifiers", verifiers.__version__)'
 # DeepSpeed's CPU communication op (deepspeed_shm_comm) compiles at a ZeRO run's first start, 1-2 min on 2 cores
 # (tests/trainer/test_step.py's ZeRO checks paid it inside `make test`): built once here into torch's extension cache.
-.venv/bin/python -c 'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()' >/dev/null 2>&1 \
+# In this venv's own extension cache (conftest.py points the tests there): torch's default, ~/.cache/torch_extensions,
+# is shared by every clone on the machine, and each clone's include paths differ, so two clones rebuilt it in turn.
+TORCH_EXTENSIONS_DIR="$PWD/.venv/torch_extensions" \
+    .venv/bin/python -c 'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()' >/dev/null 2>&1 \
     || echo "warning: DeepSpeed's shm_comm op did not build now: the first ZeRO run on CPU builds it (needs g++)"
 bash scripts/setup_v1.sh  # the bridge to verifiers v1 environments: .venv-v1 with verifiers 0.4 (docs/v1.md)
