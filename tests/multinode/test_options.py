@@ -5,10 +5,8 @@ for an unreachable main process, and the agreement check over a real rendezvous 
 
 from __future__ import annotations
 
-import json
-import multiprocessing
-import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -21,16 +19,17 @@ from rlvr.trainer import ConfigError
 from rlvr.trainer.nodes import (
     NodeError,
     Nodes,
-    agree,
     disagreements,
     lost_peers_message,
     peer_lost,
     plan_file,
-    rank_facts,
     server_problem,
     wait_for_main,
 )
 from rlvr.trainer.run import accelerate_config, launch_command
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rendezvous import run_two_ranks  # noqa: E402
 
 TWO = Nodes(num_machines=2, machine_rank=1, main_process_ip="10.0.0.1", main_process_port=29555)
 
@@ -149,37 +148,6 @@ def test_a_server_rank_0_cannot_reach_is_named_with_the_ranks_that_reach_it():
         "a URL that machine 0 reaches")
     ranks[1]["server"] = "ConnectTimeout: timed out"
     assert "no rank reaches it: start it (`rlvr serve --model MODEL --host 0.0.0.0" in server_problem(ranks)
-
-
-def rank_main(rank: int, store_port: int, plan: dict, out: str) -> None:
-    """One rank as torchrun would start it: its environment, then the agreement through the store."""
-    os.environ.update(RANK=str(rank), GROUP_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(store_port))
-    try:
-        result = {"every": agree(rank_facts(plan, num_machines=2, resume_from=None, plan_name="launch_plan.json",
-                                            server_wait_s=0))}
-    except NodeError as err:
-        result = {"error": str(err)}
-    Path(out).write_text(json.dumps(result))
-
-
-def run_two_ranks(tmp_path: Path, plans: list[dict]) -> list[dict]:
-    """Two processes meet at a real TCPStore (what torchrun hosts on the main process's port) and compare facts."""
-    from datetime import timedelta
-
-    from torch.distributed import TCPStore
-
-    store = TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=60), wait_for_workers=False)
-    context = multiprocessing.get_context("spawn")
-    outs = [tmp_path / f"rank{rank}.json" for rank in range(2)]
-    processes = [context.Process(target=rank_main, args=(rank, store.port, plans[rank], str(outs[rank])))
-                 for rank in range(2)]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(120)
-        assert process.exitcode == 0
-    return [json.loads(out.read_text()) for out in outs]
 
 
 def test_ranks_agree_through_the_rendezvous_store_or_all_stop_with_the_same_named_difference(tmp_path):
