@@ -73,7 +73,8 @@ def smol_model() -> Path:
 os.environ.setdefault("RLVR_KV_CACHE_GB", "0.5")
 # DeepSpeed's CPU op, built by scripts/setup.sh into this venv's extension cache (the ZeRO tests load it from there;
 # in the machine-wide default cache another clone's build replaced it and the next run compiled it again, ~1 min).
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+if sys.prefix != sys.base_prefix:  # in a venv (make gpu-check may run a system Python whose prefix is read-only)
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
 # A run waiting for its --server (the fault and two-machine tests kill it and start it again) checks its health at
 # least every second instead of after 5, 10, 20, 40 s: the doubling pause found a restarted server up to 40 s late
 # (rlvr.trainer.faults; the product's default, no cap, is tested in tests/faults/test_faults.py).
