@@ -227,9 +227,9 @@ def attach_server(url: str, model: str) -> UsersServer:
     from rlvr.serve import load_saved_weights
     from rlvr.trainer.rollout_client import check_server
 
-    root = url.rstrip("/").removesuffix("/v1")
-    served = check_server(root, model, AutoTokenizer.from_pretrained(models.resolve(model)))
-    load_saved_weights(root, Path(models.resolve(model)))  # whatever an earlier run left there
+    root, path = url.rstrip("/").removesuffix("/v1"), Path(models.resolve(model))
+    served = check_server(root, model, AutoTokenizer.from_pretrained(path))
+    load_saved_weights(root, path)  # whatever an earlier run left there
     return UsersServer(root, f"{root}/v1", served)
 
 
