@@ -11,6 +11,7 @@ Turn indices are 0-based in code (`Rollout.turns[k]`); names shown to people cou
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from collections import defaultdict
@@ -176,6 +177,22 @@ def is_rollout_statistic(name: str) -> bool:
     return bool(_TURN_REWARD.fullmatch(name)) or ("/" not in name and name not in TRAINER_SCALARS)
 
 
+def _action(message: Mapping[str, Any]) -> str:
+    """An assistant message as the action it took: its text (stripped) and its tool calls, if any."""
+    content = message.get("content")
+    text = content.strip() if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
+    calls = message.get("tool_calls")
+    return text + json.dumps(calls, sort_keys=True, default=str) if calls else text
+
+
+def repeated_turns(completion: Sequence[Mapping[str, Any]]) -> int:
+    """Assistant turns that repeat the assistant turn before them verbatim: an agent stuck on one action. An
+    environment answers a repeated invalid action with the same page, so a policy that takes it once tends to take
+    it until the turn limit (measured on WebShop's held-out goals: benchmarks/webshop_rl_failures.py)."""
+    actions = [_action(m) for m in completion if isinstance(m, Mapping) and m.get("role") == "assistant"]
+    return sum(a == b for a, b in zip(actions, actions[1:]))
+
+
 def rollout_statistics(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
     """Per-rollout values of every statistic, under the one naming scheme of training logs and evaluations:
 
@@ -184,6 +201,7 @@ def rollout_statistics(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
                            turn_reward (the summed turn rewards), reward_errors (calls that raised or timed out)
     turn/<k>/reward        the reward of turn k (k = 1, 2, ...), over the rollouts that reached turn k
     turns                  assistant turns per rollout
+    repeated_turns         assistant turns that repeat the one before them verbatim (`repeated_turns`)
     tool_result_fraction   fraction of the rollout's turns answered with a tool result (turn-level rubrics)
     errors                 1 when the rollout ended in an error
     A statistic that only some rollouts have (e.g. metrics of one environment of an EnvGroup) uses those rollouts.
@@ -195,6 +213,7 @@ def rollout_statistics(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
     for k in range(max((len(r.turns) for r in turn_level), default=0)):
         stats[turn_name(k, "reward")] = [r.turn_rewards[k] for r in turn_level if len(r.turns) > k]
     stats["turns"] = [float(len(r.turns)) for r in rollouts]
+    stats["repeated_turns"] = [float(repeated_turns(r.completion)) for r in rollouts]
     if turn_level:
         stats["tool_result_fraction"] = [sum(t.tool_result for t in r.turns) / len(r.turns) for r in turn_level]
     stats["errors"] = [float(r.error is not None) for r in rollouts]

@@ -126,6 +126,22 @@ def test_a_study_cut_short_reports_what_it_finished(tmp_path):
     assert table_row(report.split("against the base model")[1], "exact_match")[1:] == ["-0.050 (1 seed: no interval)"]
 
 
+def test_a_statistic_only_the_newer_units_have(tmp_path):
+    """Records committed before a statistic existed (e.g. repeated_turns) sit beside cells that have it: the report
+    gives it for the cells that have it and every other table as before."""
+    make_study(tmp_path)
+    layout = StudyLayout(tmp_path)
+    for seed in (1, 2):
+        path = layout.eval(layout.cell("mt_grpo", seed)) / "summary.json"
+        newer = json.loads(path.read_text()) | {"repeated_turns": {"mean": 0.5 * seed, "stderr": 0.1, "n": 48}}
+        path.write_text(json.dumps(newer))
+    report = write_report(tmp_path).read_text()
+    assert table_row(report, "exact_match")[1:] == ["0.050 ± 0.000", "0.340 ± 0.170", "0.437 ± 0.067"]
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["algorithms"]["mt_grpo"]["repeated_turns"]["mean"] == pytest.approx(0.75)  # its 2 seeds
+    assert data["paired"]["mt_grpo"]["repeated_turns"]["n"] == 0  # grpo has none to pair with
+
+
 def test_analyze_renders_a_study_directory(tmp_path):
     make_study(tmp_path)
     result = CliRunner().invoke(app, ["analyze", str(tmp_path)])
