@@ -84,6 +84,10 @@ def test_command_reads_an_evaluation_tree_and_names_bad_input(shop_goals, tmp_pa
     saved = json.loads((tmp_path / "counts.json").read_text())
     assert saved["cells/grpo/seed-0/eval"]["all"]["success"] == 1
 
+    main([str(tmp_path / "study" / "cells"), str(unit)])  # several roots: each named too
+    out = capsys.readouterr().out
+    assert "| cells/grpo/seed-0/eval | 2 |" in out and "| eval | 2 |" in out
+
     with pytest.raises(SystemExit, match="no results.jsonl under it"):
         main([str(tmp_path / "nothing")])
     (unit / "results.jsonl").write_text(json.dumps({"completion": [], "info": {}}) + "\n")

@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
             rows = read_rows(results)
             if rows and "goal" not in (rows[0].get("info") or {}):
                 raise SystemExit(f"{results}: its rows have no info.goal; is it a vf-webshop evaluation?")
-            table[str(results.parent.relative_to(root))] = tally(rows)
+            where = results.parent.relative_to(root)  # under one root its path; under several, the root's name too
+            table[str(where if len(args.directories) == 1 else root.name / where)] = tally(rows)
     header = ["evaluation", "n", *KINDS, *FLAGS]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))  # a Markdown table
     for name, groups in table.items():
