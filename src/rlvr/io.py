@@ -50,11 +50,23 @@ def exclusive(target: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates its file 0600; a result, a report or a record is meant to be read as a file written by open()
+# would be (0644 under the usual umask), e.g. by others sharing the run directory or the results a study exports.
+FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write_text(path: Path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
