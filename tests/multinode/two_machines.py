@@ -17,7 +17,10 @@ from test_fault_injection import Training, read_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).resolve().parent / "choice_tiny.toml"
-STEPS = 5
+# The chained fault run sends its SIGTERM once batch 3 is logged and must stop before the last step: with 5 steps
+# the two left took 2 s each on an idle machine, less than the test's poll and /proc walk, and the run ended
+# before the signal landed (exit 0, 2026-11-28 13:18). 7 steps leave three.
+STEPS = 7
 WAIT_S = 900  # process starts take minutes on a loaded 2-core machine
 
 
