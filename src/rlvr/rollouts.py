@@ -188,7 +188,7 @@ def _action(message: Mapping[str, Any]) -> str:
 def repeated_turns(completion: Sequence[Mapping[str, Any]]) -> int:
     """Assistant turns that repeat the assistant turn before them verbatim: an agent stuck on one action. An
     environment answers a repeated invalid action with the same page, so a policy that takes it once tends to take
-    it until the turn limit (measured on WebShop's held-out goals: benchmarks/webshop_rl_failures.py)."""
+    it until the turn limit (seen on WebShop's held-out goals after RL: python -m vf_webshop.failures)."""
     actions = [_action(m) for m in completion if isinstance(m, Mapping) and m.get("role") == "assistant"]
     return sum(a == b for a, b in zip(actions, actions[1:]))
 

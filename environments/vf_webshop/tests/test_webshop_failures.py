@@ -93,3 +93,11 @@ def test_command_reads_an_evaluation_tree_and_names_bad_input(shop_goals, tmp_pa
     (unit / "results.jsonl").write_text(json.dumps({"completion": [], "info": {}}) + "\n")
     with pytest.raises(SystemExit, match="no info.goal; is it a vf-webshop evaluation"):
         main([str(tmp_path / "study")])
+
+
+def test_a_line_that_is_not_json_is_named(tmp_path):
+    unit = tmp_path / "eval"
+    unit.mkdir()
+    (unit / "results.jsonl").write_text('{"completion": []}\n{"cut off\n')
+    with pytest.raises(SystemExit, match=r"results.jsonl:2 is not valid JSON"):
+        main([str(tmp_path)])

@@ -21,7 +21,6 @@ Counts are given over all rollouts and over the goals whose product was a traini
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
@@ -29,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlvr.analysis import read_jsonl
 from rlvr.io import atomic_write_json
 from rlvr.rollouts import repeated_turns
 
@@ -84,9 +84,9 @@ def tally(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
 
 def read_rows(results: Path) -> list[dict]:
     try:
-        return [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as err:
-        raise SystemExit(f"{results}: not an evaluation's results.jsonl ({err})") from err
+        return read_jsonl(results)
+    except (OSError, ValueError) as err:  # read_jsonl names the line that is not JSON
+        raise SystemExit(f"not an evaluation's results.jsonl: {err}") from err
 
 
 def evaluations(root: Path) -> list[Path]:
