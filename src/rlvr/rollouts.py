@@ -17,6 +17,7 @@ import re
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from rlvr.credit import TurnTokens, compute_advantages, get_estimator
@@ -190,7 +191,7 @@ def repeated_turns(completion: Sequence[Mapping[str, Any]]) -> int:
     environment answers a repeated invalid action with the same page, so a policy that takes it once tends to take
     it until the turn limit (seen on WebShop's held-out goals after RL: python -m vf_webshop.failures)."""
     actions = [_action(m) for m in completion if isinstance(m, Mapping) and m.get("role") == "assistant"]
-    return sum(a == b for a, b in zip(actions, actions[1:]))
+    return sum(a == b for a, b in pairwise(actions))
 
 
 def rollout_statistics(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:

@@ -3,6 +3,8 @@ stuck on one action (rlvr.rollouts; in every training log and evaluation summary
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -45,7 +47,7 @@ def test_a_text_completion_has_no_turns_to_repeat():
 def test_properties(replies):
     n = repeated_turns(chat(*replies))
     assert 0 <= n <= max(len(replies) - 1, 0)
-    assert n == sum(x == y for x, y in zip(replies, replies[1:]))
+    assert n == sum(x == y for x, y in pairwise(replies))
     assert repeated_turns(chat(*replies, *replies[-1:])) == n + (1 if replies else 0)  # one more of the last
 
 
