@@ -35,8 +35,9 @@ tensors, and per tensor) in its pipeline_stage.json. With `results = "benchmarks
 config (where `--export` copies the records to be committed), a rebuilt stage's fingerprint is compared with the
 committed record of the same stage: a mismatch is named (how many tensors differ, the largest first) and the
 pipeline stops before any later stage starts from those weights, unless `--accept-weights STAGE` is given (then the
-mismatch is recorded in the stage's record and printed). A committed record without a fingerprint is no check: said
-so, not silently passed.
+mismatch is recorded in the stage's record and printed, and the later stages run with RLVR_ACCEPT_WEIGHTS=1, which
+lets their studies add units from those weights to committed ones: `rlvr study --accept-weights`). A committed
+record without a fingerprint is no check: said so, not silently passed.
 """
 
 from __future__ import annotations
@@ -287,10 +288,10 @@ def _terminate_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def run_unit(unit: Unit, log: Path, echo=print) -> dict[str, Any]:
-    """Run one unit's command, its output to the terminal and to `log`; SIGINT / SIGTERM are passed on to it (the
-    commands stop at a resumable point). Returns the record written to its marker; raises PipelineError when the
-    command fails or leaves no result directory."""
+def run_unit(unit: Unit, log: Path, echo=print, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one unit's command (with `env` added to the environment), its output to the terminal and to `log`;
+    SIGINT / SIGTERM are passed on to it (the commands stop at a resumable point). Returns the record written to its
+    marker; raises PipelineError when the command fails or leaves no result directory."""
     log.parent.mkdir(parents=True, exist_ok=True)
     started, start = _now(), time.perf_counter()
     with open(log, "ab") as sink:
@@ -299,7 +300,7 @@ def run_unit(unit: Unit, log: Path, echo=print) -> dict[str, Any]:
         # A session of its own: a Ctrl-C at the terminal reaches the stage once, through the handler below (the
         # training commands stop at once on a second signal); and it dies with the pipeline, however that dies.
         process = subprocess.Popen(executable(unit.argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+                                   env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}, start_new_session=True,
                                    preexec_fn=_terminate_with_parent)
         forward = {sig: signal.signal(sig, lambda s, _f: process.send_signal(s))
                    for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -350,9 +351,9 @@ def committed_marker(plan: Plan, unit: Unit) -> Path | None:
     return results / unit.here.relative_to(plan.out) / MARKER
 
 
-def check_weights(plan: Plan, unit: Unit, accept: Collection[str], echo=print) -> None:
+def check_weights(plan: Plan, unit: Unit, accept: Collection[str], echo=print) -> bool:
     """A finished unit's weights against the committed fingerprint: the verdict goes into its record; a mismatch
-    raises PipelineError unless its stage is in `accept`."""
+    raises PipelineError unless its stage is in `accept`. Returns whether a mismatch was accepted."""
     from rlvr.weights import describe, differences
 
     record = json.loads(unit.marker.read_text())
@@ -360,6 +361,7 @@ def check_weights(plan: Plan, unit: Unit, accept: Collection[str], echo=print) -
         record["weights"] = weights_fingerprint(unit)
     committed = committed_marker(plan, unit)
     stored = json.loads(committed.read_text()) if committed is not None and committed.is_file() else {}
+    found = []
     if "weights" not in stored:
         verdict = (f"not checked: no committed fingerprint ({committed or 'the config sets no results directory'}); "
                    f"sha256 {record['weights']['sha256'][:16]}, kept in {unit.marker} (--export it to commit it)")
@@ -376,7 +378,7 @@ def check_weights(plan: Plan, unit: Unit, accept: Collection[str], echo=print) -
             raise PipelineError(
                 f"stage {unit.label}: its weights {unit.weights} {verdict}.\n  Later stages start from them, so the "
                 "pipeline stops here. If the difference is expected (another CPU, thread count or library version; "
-                "where both checkpoints exist, `python -m rlvr.weights A B` gives max |a - b| per tensor), "
+                "where both checkpoints exist, `python -m rlvr.weights diff A B` gives max |a - b| per tensor), "
                 f"run the same command with --accept-weights {unit.stage}: the mismatch is then recorded and the "
                 "pipeline goes on. Otherwise rebuild the stage where the committed one was made.")
         if found:
@@ -384,6 +386,7 @@ def check_weights(plan: Plan, unit: Unit, accept: Collection[str], echo=print) -
     record["weights_check"] = verdict
     atomic_write_json(unit.marker, record)
     echo(f"stage {unit.label}: weights {verdict}")
+    return bool(found)
 
 
 def check_finished(plan: Plan) -> None:
@@ -420,7 +423,9 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, until: str | None = None, com
                  echo=print, accept_weights: Collection[str] = ()) -> list[dict[str, Any]]:
     """Run every unfinished stage in order (up to and including `until`); returns the records of the units run.
     A stage with `weights` is checked against its committed fingerprint once finished (`check_weights`): a mismatch
-    stops the pipeline unless the stage is in `accept_weights`."""
+    stops the pipeline unless the stage is in `accept_weights`; then the later stages run with RLVR_ACCEPT_WEIGHTS=1,
+    so that their studies take those weights as the start of units beside committed ones (`rlvr study
+    --accept-weights`)."""
     plan = Plan(pipeline, out)
     stages = pipeline.stages
     if until is not None:
@@ -430,7 +435,7 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, until: str | None = None, com
             raise PipelineError(f"--accept-weights {name}: stage {name} has no `weights` to check")
     check_finished(plan)
     manifest = open_manifest(plan, command)
-    ran = []
+    ran, env = [], {}
     for stage in stages:
         units = plan.units(stage)
         if stage.foreach and not units:
@@ -442,9 +447,9 @@ def run_pipeline(pipeline: Pipeline, out: Path, *, until: str | None = None, com
             else:
                 echo(f"stage {unit.label}: {unit.command}")
                 ran.append(run_unit(unit, plan.out / "logs" / f"{unit.label.replace('[', '-').rstrip(']')}.log",
-                                    echo))
-            if unit.weights is not None:  # before any later stage starts from them
-                check_weights(plan, unit, accept_weights, echo)
+                                    echo, env))
+            if unit.weights is not None and check_weights(plan, unit, accept_weights, echo):  # before any later
+                env["RLVR_ACCEPT_WEIGHTS"] = "1"  # stage starts from them
     manifest["invocations"][-1]["finished"] = _now()
     atomic_write_json(plan.out / MANIFEST, manifest)
     return ran

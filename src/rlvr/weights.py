@@ -7,17 +7,27 @@ its L2 norm (float64): a committed fingerprint (~40 KB for SmolLM2-135M) then na
 by about how much (|norm difference| is a lower bound of the L2 norm of the difference), without the committed weights.
 With both checkpoints on one machine, `max_abs_diff` gives the exact max |a - b| per tensor:
 
-    python -m rlvr.weights DIR_A DIR_B      # the 10 tensors that differ most, by max |a - b|
+    python -m rlvr.weights diff DIR_A DIR_B             # the 10 tensors that differ most, by max |a - b|
+    python -m rlvr.weights check RECORD DIR             # DIR's weights against a committed fingerprint (exit 1: differ)
+    python -m rlvr.weights fingerprint DIR [-o FILE]    # DIR's fingerprint (JSON), for `check` on another machine
+
+RECORD (`recorded_fingerprint`) is a pipeline stage's pipeline_stage.json (its `weights`), a file that `fingerprint
+-o` wrote, or a study's committed unit record (rlvr.study.records), which keeps the sha256 of the weights the unit
+started from: then a mismatch is known but not which tensors make it.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rlvr.io import atomic_write_json
 
 
 class WeightsError(ValueError):
@@ -103,15 +113,71 @@ def max_abs_diff(a: Path, b: Path) -> list[tuple[str, float]]:
     return sorted(found, key=lambda item: -item[1])
 
 
+def recorded_fingerprint(path: Path) -> tuple[dict[str, Any], str]:
+    """(fingerprint, what it is) from a JSON record: a pipeline stage's record (its `weights`), a fingerprint file,
+    or a study unit's record (the sha256 of its starting weights, without per-tensor entries)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise WeightsError(f"{path} cannot be read as a JSON record ({err})") from err
+    if isinstance(data, dict) and isinstance(data.get("weights"), dict) and "sha256" in data["weights"]:
+        return data["weights"], f"the weights of pipeline stage {data.get('stage', '?')} ({path})"
+    if isinstance(data, dict) and "sha256" in data and "tensors" in data:
+        return data, f"the fingerprint in {path}"
+    started = data.get("provenance", {}).get("model_sha256") if isinstance(data, dict) else None
+    if started:
+        return {"sha256": started, "tensors": {}}, f"the starting weights of study unit {data.get('key', '?')} ({path})"
+    raise WeightsError(f"{path} holds no fingerprint: give a pipeline stage's pipeline_stage.json of a stage with "
+                       "`weights`, a file written by `python -m rlvr.weights fingerprint DIR -o FILE`, or a study's "
+                       "committed unit record (it keeps the sha256 of the weights the unit started from)")
+
+
+def check(record: Path, directory: Path) -> tuple[bool, str]:
+    """(whether DIR's weights are the recorded ones, a sentence saying so and, if not, what differs)."""
+    stored, what = recorded_fingerprint(record)
+    current = fingerprint(directory)
+    if current["sha256"] == stored["sha256"]:
+        return True, f"{directory}: the same weights as {what} (sha256 {current['sha256'][:16]}...)"
+    if not stored["tensors"]:
+        return False, (f"{directory}: sha256 {current['sha256'][:16]}... DIFFERS from {what}, "
+                       f"{stored['sha256'][:16]}...; the record keeps no per-tensor fingerprint, so which tensors "
+                       "differ is not known from it")
+    found = differences(stored, current)
+    return False, f"{directory} DIFFERS from {what}: {describe(found, len(stored['tensors']))}"
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m rlvr.weights CHECKPOINT_A CHECKPOINT_B", file=sys.stderr)
+    parser = argparse.ArgumentParser(prog="python -m rlvr.weights", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    diff = commands.add_parser("diff", help="max |a - b| per tensor of two checkpoints on this machine")
+    diff.add_argument("a", type=Path)
+    diff.add_argument("b", type=Path)
+    checking = commands.add_parser("check", help="a checkpoint against a recorded fingerprint (exit 1: differ)")
+    checking.add_argument("record", type=Path, help="pipeline_stage.json, a fingerprint file or a study record")
+    checking.add_argument("directory", type=Path, help="the checkpoint directory (*.safetensors)")
+    printing = commands.add_parser("fingerprint", help="a checkpoint's fingerprint as JSON")
+    printing.add_argument("directory", type=Path)
+    printing.add_argument("-o", "--out", type=Path, help="write it to this file instead of printing its sha256")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "check":
+            same, sentence = check(args.record, args.directory)
+            print(sentence)
+            return 0 if same else 1
+        if args.command == "fingerprint":
+            found = fingerprint(args.directory)
+            if args.out is not None:
+                atomic_write_json(args.out, found)
+            print(f"{found['sha256']}  {args.directory} ({len(found['tensors'])} tensors)")
+            return 0
+        found = max_abs_diff(args.a, args.b)
+    except WeightsError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    found = max_abs_diff(Path(argv[0]), Path(argv[1]))
     differing = [(n, d) for n, d in found if d > 0]
     print(f"{len(differing)} of {len(found)} tensors differ; max |a - b| overall {found[0][1] if found else 0:.3g}")
-    for name, diff in differing[:10]:
-        print(f"  {diff:.3g}  {name}")
+    for name, diff_value in differing[:10]:
+        print(f"  {diff_value:.3g}  {name}")
     return 0
 
 

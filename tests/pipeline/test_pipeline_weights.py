@@ -25,7 +25,13 @@ TRAIN = textwrap.dedent("""
     save_file({"layer.weight": torch.arange(6, dtype=torch.float32).reshape(2, 3) / 7,
                "layer.bias": torch.ones(2) * scale}, str(here / "final" / "model.safetensors"))
 """)
-NEXT = "import pathlib, sys; pathlib.Path(sys.argv[1]).mkdir(parents=True, exist_ok=True)"
+# a later stage: records whether the pipeline told it that an accepted mismatch precedes it
+NEXT = textwrap.dedent("""
+    import os, pathlib, sys
+    here = pathlib.Path(sys.argv[1])
+    here.mkdir(parents=True, exist_ok=True)
+    (here / "accept.txt").write_text(os.environ.get("RLVR_ACCEPT_WEIGHTS", ""))
+""")
 
 
 def checkpoint(directory: Path, tensors: dict[str, torch.Tensor], shards: int = 1) -> Path:
@@ -55,8 +61,44 @@ def test_fingerprint_sees_the_bytes_not_the_layout_and_names_what_differs(tmp_pa
 
     diffs = dict(max_abs_diff(tmp_path / "one", tmp_path / "nudged"))
     assert diffs["a.weight"] == 0.0 and 0 < diffs["b.bias"] < 1e-6
-    assert main([str(tmp_path / "one"), str(tmp_path / "nudged")]) == 0
+    assert main(["diff", str(tmp_path / "one"), str(tmp_path / "nudged")]) == 0
     assert "1 of 3 tensors differ" in capsys.readouterr().out
+
+
+def test_check_compares_a_checkpoint_with_each_kind_of_record(tmp_path, capsys):
+    """`python -m rlvr.weights check RECORD DIR`: a fingerprint file, a pipeline stage's record and a study unit's
+    record (only the starting weights' sha256) each say same (exit 0) or differ (exit 1, what differs where known);
+    a record without a fingerprint or a directory without weights is an error naming what to give (exit 2)."""
+    weights = {"a.weight": torch.randn(4, 3), "b.bias": torch.randn(3)}
+    made = checkpoint(tmp_path / "made", weights)
+    other = checkpoint(tmp_path / "other", dict(weights, **{"b.bias": weights["b.bias"] * 2}))
+    saved = tmp_path / "fingerprint.json"
+    assert main(["fingerprint", str(made), "-o", str(saved)]) == 0
+    assert json.loads(saved.read_text()) == fingerprint(made)
+    assert capsys.readouterr().out.startswith(fingerprint(made)["sha256"])
+    stage = tmp_path / "pipeline_stage.json"
+    stage.write_text(json.dumps({"stage": "sft", "weights": fingerprint(made)}))
+    study = tmp_path / "seed-0.json"
+    study.write_text(json.dumps({"key": "cells/grpo/seed-0", "provenance": {"model_sha256": fingerprint(made)["sha256"]}}))
+
+    for record, what in ((saved, "the fingerprint in"), (stage, "pipeline stage sft"), (study, "cells/grpo/seed-0")):
+        assert main(["check", str(record), str(made)]) == 0
+        out = capsys.readouterr().out
+        assert "the same weights as" in out and what in out
+        assert main(["check", str(record), str(other)]) == 1
+        out = capsys.readouterr().out
+        assert "DIFFERS from" in out and what in out
+        if record is study:
+            assert "which tensors differ is not known" in out
+        else:
+            assert "1 of 2 tensors differ; largest: b.bias (values" in out
+
+    bare = tmp_path / "no_fingerprint.json"
+    bare.write_text(json.dumps({"stage": "expert", "command": "python -m vf_webshop.expert"}))
+    assert main(["check", str(bare), str(made)]) == 2
+    assert "holds no fingerprint: give a pipeline stage's pipeline_stage.json" in capsys.readouterr().err
+    assert main(["check", str(saved), str(tmp_path)]) == 2
+    assert "holds no *.safetensors file" in capsys.readouterr().err
 
 
 def write_pipeline(tmp_path: Path, committed: Path) -> Path:
@@ -95,6 +137,7 @@ def test_a_rebuilt_stage_is_checked_against_its_committed_fingerprint(tmp_path):
     # a rebuild elsewhere (another directory) with the same command: it matches
     run_pipeline(read_pipeline(config), tmp_path / "same", echo=lines.append)
     assert "match the committed ones" in json.loads((tmp_path / "same/sft" / MARKER).read_text())["weights_check"]
+    assert (tmp_path / "same/rl/accept.txt").read_text() == ""
 
     # a rebuild that differs: named, and the rl stage does not start from it, now or when the command is run again
     changed = read_pipeline(config, {"scale": "1.5"})
@@ -108,6 +151,9 @@ def test_a_rebuilt_stage_is_checked_against_its_committed_fingerprint(tmp_path):
     # accepted: the mismatch is recorded, and the pipeline goes on
     run_pipeline(changed, tmp_path / "other", echo=lines.append, accept_weights=["sft"])
     assert (tmp_path / "other/rl" / MARKER).is_file()
+    # ... and tells the later stages, whose studies then take those weights beside committed units (rlvr study
+    # --accept-weights reads RLVR_ACCEPT_WEIGHTS)
+    assert (tmp_path / "other/rl/accept.txt").read_text() == "1"
     check = json.loads((tmp_path / "other/sft" / MARKER).read_text())["weights_check"]
     assert check.startswith("DIFFER") and check.endswith("accepted (--accept-weights sft)")
     with pytest.raises(PipelineError, match="--accept-weights rl: stage rl has no `weights` to check"):

@@ -167,3 +167,27 @@ def test_records_carry_the_examples_split_by_field(tmp_path):
     here = write_report(root).read_text().split("Split by `target_in_training`")[1].split("##")[0]
     shutil.rmtree(root)
     assert write_report(results).read_text().split("Split by `target_in_training`")[1].split("##")[0] == here
+
+
+def test_new_units_start_from_the_weights_the_committed_units_started_from(tmp_path):
+    """check_starting_weights: the same sha256 is said, another is refused naming the units and how to fix it
+    (unless accepted), a model without a local checkpoint is said to be unchecked, old records without one are
+    left out."""
+    results = tmp_path / "results"
+    for key, sha in (("base/seed-0", "a" * 64), ("cells/grpo/seed-0", "a" * 64), ("cells/gigpo/seed-0", None)):
+        path = records.record_path(results, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"key": key, "provenance": {"model_sha256": sha} if sha else {}}))
+    assert records.starting_weights(results) == {"a" * 64: ["base/seed-0", "cells/grpo/seed-0"]}
+    assert records.check_starting_weights(results, "sft/final", "a" * 64) == (
+        "starting weights sha256 aaaaaaaaaaaaaaaa...: the same as the 2 committed unit(s) started from")
+    with pytest.raises(StudyError, match=r"the starting weights sft/final \(sha256 bbbbbbbbbbbbbbbb\.\.\.\) are not "
+                                         r"those 2 of the 2 committed unit\(s\) in .*results started from: "
+                                         r"aaaaaaaaaaaaaaaa\.\.\. \(2 unit\(s\): base/seed-0, cells/grpo/seed-0\)") as err:
+        records.check_starting_weights(results, "sft/final", "b" * 64)
+    assert "python -m rlvr.weights check RECORD DIR" in str(err.value) and "--accept-weights" in str(err.value)
+    accepted = records.check_starting_weights(results, "sft/final", "b" * 64, accept=True)
+    assert accepted.endswith("accepted (--accept-weights): the report names both starting points")
+    assert records.check_starting_weights(results, "HuggingFaceTB/SmolLM2-135M", None).startswith(
+        "starting weights not checked: HuggingFaceTB/SmolLM2-135M is no local safetensors checkpoint")
+    assert records.check_starting_weights(tmp_path / "none", "sft/final", "b" * 64) is None

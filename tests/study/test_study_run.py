@@ -7,7 +7,8 @@ held-out learning curve, [evaluation] at_steps), every finished unit committed a
 1. Machine A runs its share (`--cells`: the base evaluations and mt_grpo's cells) and commits their records.
 2. Its study directory is lost: on a fresh clone the same command runs only grpo's cells, and the report (in the
    study directory and beside the records) has every cell, the paired differences, the held-out curve and every
-   unit's provenance. Another configuration with the same records is refused by name before any server starts.
+   unit's provenance. Another configuration with the same records is refused by name before any server starts, and
+   so are starting weights other than those the committed units started from.
 3. A cell of the fresh clone is interrupted (its completion marker, record, evaluation, final weights and last
    checkpoint removed, as a kill after step 1's checkpoint and curve point leaves it) and resumed by the same
    command, which also re-runs that cell once with the same seed (replicates = 2); `rlvr analyze` redraws the report.
@@ -151,7 +152,22 @@ def test_a_study_over_two_machines_resumes_an_interrupted_cell_and_reports(tiny_
     out = tmp_path / "b"
     dry = rlvr(*study, "--out", out, "--dry-run")
     assert dry.count("done (committed record)") == 2 and "2 cells to run" in dry
-    rlvr(*study, "--out", out, *on_the_server)
+    # committed units that started from other weights (here a record says so): named, refused before anything runs
+    tampered = results / "base" / "seed-1.json"
+    original = tampered.read_bytes()
+    tampered.write_text(json.dumps({**json.loads(original), "provenance": {
+        **json.loads(original)["provenance"], "model_sha256": "f" * 64}}))
+    result = CliRunner().invoke(app, [str(a) for a in (*study, "--out", out, *on_the_server)])
+    assert result.exit_code != 0 and not (out / "cells").exists(), result.output
+    assert "are not those 1 of the 4 committed unit(s)" in result.output
+    assert "ffffffffffffffff... (1 unit(s): base/seed-1)" in result.output and "--accept-weights" in result.output
+    # accepted (as `rlvr pipeline --accept-weights` passes it on): said, and the run goes on
+    accepted = CliRunner().invoke(app, [str(a) for a in (*study, "--out", out, *on_the_server)],
+                                  env={"RLVR_ACCEPT_WEIGHTS": "1"})
+    assert accepted.exit_code == 0, accepted.output[-4000:]
+    assert "accepted (--accept-weights): the report names both starting points" in accepted.output
+    assert "**The units started from 2 different weights**" in (results / "report.md").read_text()
+    tampered.write_bytes(original)
     assert sorted(p.relative_to(out).as_posix() for p in out.glob("*/*/*/done.json")) == [
         "cells/grpo/seed-0/done.json", "cells/grpo/seed-1/done.json"]  # no base evaluation, no mt_grpo: committed
     assert all(p.read_bytes() == data for p, data in committed.items() if p.name != "results.json")

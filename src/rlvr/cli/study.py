@@ -203,6 +203,11 @@ def study(
     server: str | None = typer.Option(
         None, "--server", help="Use a running `rlvr serve` of the study's model (its root URL) instead of starting "
         "one: the base weights are loaded into it first, each cell then loads its own."),
+    accept_weights: bool = typer.Option(
+        False, "--accept-weights", envvar="RLVR_ACCEPT_WEIGHTS", help="Run although the starting weights differ "
+        "from those the committed records' units started from (another CPU rebuilt them a little differently): "
+        "recorded, and the report names both starting points. `rlvr pipeline --accept-weights STAGE` sets it for "
+        "the stages after STAGE."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and each cell's state; run nothing."),
 ) -> None:
     """Compare algorithms over seeds under one budget: train every (algorithm, seed) cell, evaluate before and
@@ -227,7 +232,8 @@ def study(
     from rlvr.trainer import ResumeError, ServerError
 
     try:
-        report = run_study(settings, out, command=shlex.join(["rlvr", *sys.argv[1:]]), only=only, server_url=server)
+        report = run_study(settings, out, command=shlex.join(["rlvr", *sys.argv[1:]]), only=only, server_url=server,
+                           accept_weights=accept_weights)
     except (StudyError, ServerError, ServerLost, ResumeError, ServeLaunchError) as err:
         raise fail(f"{err}\n  finished cells are kept: the same command resumes the study") from err
     console.print(Markdown(report.read_text()))

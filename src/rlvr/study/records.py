@@ -13,6 +13,8 @@ A record holds what the report reads of the unit (held-out summaries and per-exa
 curve's points, training curves, steps, tokens, wall times), its definition (the study's budget and, for a cell, its
 recipe, training options and dataset) with the definition's sha256, and its provenance (git commit, machine,
 command, peak memory, the starting weights' sha256): no weights, datasets or rollouts. A unit with a record is done.
+The starting weights of new units are checked against those the committed units started from (their sha256): a
+study never mixes units from two starting points silently (`check_starting_weights`; `--accept-weights` to go on).
 A record whose definition differs from what the current command would run is refused with the differing keys named:
 cells of two budgets are never mixed.
 Records of one unit never collide across machines that run disjoint cells (`rlvr study --cells`), so merging their
@@ -135,6 +137,47 @@ def check_records(settings: StudySettings, results: Path) -> None:
             + (f"\n  ... and {len(mismatched) - 5} more" if len(mismatched) > 5 else "")
             + "\n  fix: run with the configuration they were made with (each record's `definition`), or give "
             "another --results directory (or remove the records to run those units again)")
+
+
+def starting_weights(results: Path) -> dict[str, list[str]]:
+    """{sha256: unit keys} of the weights the committed units started from (records made before the sha256 was
+    kept are left out)."""
+    found: dict[str, list[str]] = {}
+    for path in record_files(results):
+        record = read_record(path)
+        sha = record.get("provenance", {}).get("model_sha256")
+        if sha:
+            found.setdefault(sha, []).append(record["key"])
+    return found
+
+
+def check_starting_weights(results: Path, model: str, sha: str | None, accept: bool = False) -> str | None:
+    """A sentence on this invocation's starting weights against those of the committed units (None: no committed
+    unit names its own). Units that started from other weights are never mixed silently: StudyError names them,
+    unless `accept` (another CPU or library version rebuilt the start a little differently; the report then
+    names both starting points)."""
+    committed = starting_weights(results)
+    if not committed:
+        return None
+    count = sum(len(keys) for keys in committed.values())
+    if sha is None:
+        return (f"starting weights not checked: {model} is no local safetensors checkpoint, and the {count} committed "
+                "unit(s) name the sha256 of theirs")
+    others = {h: keys for h, keys in committed.items() if h != sha}
+    if not others:
+        return f"starting weights sha256 {sha[:16]}...: the same as the {count} committed unit(s) started from"
+    shown = "; ".join(f"{h[:16]}... ({len(keys)} unit(s): {', '.join(sorted(keys)[:4])}"
+                      + (", ..." if len(keys) > 4 else "") + ")" for h, keys in sorted(others.items()))
+    sentence = (f"the starting weights {model} (sha256 {sha[:16]}...) are not those {sum(map(len, others.values()))} "
+                f"of the {count} committed unit(s) in {results} started from: {shown}")
+    if accept:
+        return sentence + "; accepted (--accept-weights): the report names both starting points"
+    raise StudyError(
+        f"{sentence}.\n  New units would be compared with units trained from other weights. Fix: rebuild the "
+        "starting model by its committed command and check it (`python -m rlvr.weights check RECORD DIR` with one "
+        "of those records, or the pipeline's stage record, which names the tensors that differ); if the difference "
+        "is expected (another CPU or library version), run again with --accept-weights; or give another --results "
+        "directory")
 
 
 def cell_to_json(record) -> dict[str, Any]:

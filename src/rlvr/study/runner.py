@@ -458,7 +458,7 @@ def model_sha256(model: str) -> str | None:
 
 def run_study(settings: StudySettings, out: Path, *, command: str | None = None, env=None,
               server_timeout: float = 900, only: Collection[str] | None = None,
-              server_url: str | None = None) -> Path:
+              server_url: str | None = None, accept_weights: bool = False) -> Path:
     """Run the study's missing units into `out` and write its report; returns report.md. A cell that raises is
     recorded (failed.json) and the others run; the report lists it, then StudyError names the failed cells.
 
@@ -466,6 +466,8 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
     command: the command line to record in the manifest (the CLI passes its own).
     only: the unit keys to run (`unit_keys`: base/seed-S, ALGO/seed-S, ...); None: every unit not done.
     server_url: a running `rlvr serve` of the study's model to use; None starts one.
+    accept_weights: run although the starting weights differ from those the committed records started from
+    (`records.check_starting_weights`; otherwise StudyError).
     """
     from rlvr.study.report import write_report
     from rlvr.trainer.rollout_client import ServerError
@@ -478,10 +480,16 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
     check_offline_datasets(settings, [algo for algo, _, _ in cells])
     if bases or cells:
         check_model(settings.model)
+    starting_sha = None
+    if settings.results and (bases or cells):
+        starting_sha = model_sha256(settings.model)
+        checked = records.check_starting_weights(Path(settings.results), settings.model, starting_sha, accept_weights)
+        if checked:
+            console.print(checked, highlight=False, soft_wrap=True)
     manifest = Manifest.open(layout, settings, command)
     if settings.results:
         if bases or cells:
-            manifest.data["invocations"][-1]["model_sha256"] = model_sha256(settings.model)
+            manifest.data["invocations"][-1]["model_sha256"] = starting_sha
             manifest.save()
         records.write_manifest(settings, Path(settings.results))
         records.export_missing(StudySettings.from_dict(manifest.data["settings"]), layout)
