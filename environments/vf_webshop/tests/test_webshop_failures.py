@@ -83,6 +83,15 @@ def test_command_reads_an_evaluation_tree_and_names_bad_input(shop_goals, tmp_pa
     assert "| cells/grpo/seed-0/eval | 2 | 1 | 1 | 0 | 0 | 0 | 0 | 0 |" in out
     saved = json.loads((tmp_path / "counts.json").read_text())
     assert saved["cells/grpo/seed-0/eval"]["all"]["success"] == 1
+    # a file that also counts units run elsewhere: theirs are kept, this directory's are rewritten
+    elsewhere = {"all": {"rollouts": 200, "success": 150}}
+    (tmp_path / "counts.json").write_text(json.dumps({"base/seed-0/eval": elsewhere,
+                                                      "cells/grpo/seed-0/eval": elsewhere}))
+    main([str(tmp_path / "study"), "--json", str(tmp_path / "counts.json")])
+    saved = json.loads((tmp_path / "counts.json").read_text())
+    assert list(saved) == ["base/seed-0/eval", "cells/grpo/seed-0/eval"] and saved["base/seed-0/eval"] == elsewhere
+    assert saved["cells/grpo/seed-0/eval"]["all"]["success"] == 1
+    capsys.readouterr()
 
     main([str(tmp_path / "study" / "cells"), str(unit)])  # several roots: each named too
     out = capsys.readouterr().out

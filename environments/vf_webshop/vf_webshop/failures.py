@@ -21,6 +21,7 @@ Counts are given over all rollouts and over the goals whose product was a traini
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections import Counter
@@ -101,7 +102,8 @@ def evaluations(root: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m vf_webshop.failures", description=__doc__.split("\n\n")[0])
     parser.add_argument("directories", nargs="+", type=Path)
-    parser.add_argument("--json", type=Path, help="also write the counts here (atomically)")
+    parser.add_argument("--json", type=Path, help="also write the counts here (atomically); the evaluations an existing "
+                        "file holds and these directories do not (units that ran on another machine) are kept")
     args = parser.parse_args(argv)
     table = {}
     for root in args.directories:
@@ -119,8 +121,11 @@ def main(argv: list[str] | None = None) -> None:
                 label = name if group == "all" else f"{group} goals"
                 print("| " + " | ".join([label, *(str(counts[k]) for k in ("rollouts", *KINDS, *FLAGS))]) + " |")
     if args.json:
-        atomic_write_json(args.json, table)
-        print(f"wrote {args.json}", file=sys.stderr)
+        # a committed file also counts the units of earlier machines, whose evaluations this run directory lacks
+        kept = json.loads(args.json.read_text()) if args.json.is_file() else {}
+        atomic_write_json(args.json, dict(sorted({**kept, **table}.items())))
+        print(f"wrote {args.json} ({len(table)} evaluations read, {len(set(kept) - set(table))} kept from it)",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
