@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
     checking.add_argument("directory", type=Path, help="the checkpoint directory (*.safetensors)")
     printing = commands.add_parser("fingerprint", help="a checkpoint's fingerprint as JSON")
     printing.add_argument("directory", type=Path)
-    printing.add_argument("-o", "--out", type=Path, help="write it to this file instead of printing its sha256")
+    printing.add_argument("-o", "--out", type=Path, help="also write the whole fingerprint (JSON) to this file")
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
