@@ -71,6 +71,12 @@ def smol_model() -> Path:
 # at 2 GiB each brought a 24 GB machine into kernel reclaim. Their start-up may wait 10 min: 45 s on an idle
 # machine, but 5 min was seen to pass before the first log line on one loaded by other work.
 os.environ.setdefault("RLVR_KV_CACHE_GB", "0.5")
+# And runs the model inline, in vLLM's engine-core process (`rlvr serve --cpu-engine inline`), not in a worker process
+# the engine core polls: on this 2-core machine, with another job beside it, a tiny-random server started on ~25 s of
+# CPU instead of ~35 and generated 2,048 tokens on 1.7 s of CPU instead of 6 (the engine core's polling), with the
+# same tokens and logprobs (docs/testing.md). The layout the product defaults to, vLLM's own, is kept where it is
+# what a test checks: tests/serve/test_process_tree.py (and the inline one beside it), test_weight_sync.py.
+os.environ.setdefault("RLVR_CPU_ENGINE", "inline")
 # DeepSpeed's CPU op, built by scripts/setup.sh into this venv's extension cache (the ZeRO tests load it from there;
 # in the machine-wide default cache another clone's build replaced it and the next run compiled it again, ~1 min).
 if sys.prefix != sys.base_prefix:  # in a venv (make gpu-check may run a system Python whose prefix is read-only)

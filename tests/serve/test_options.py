@@ -14,7 +14,7 @@ from rlvr.serve.admin import AdminTokenMiddleware
 from rlvr.serve.client import CPUWeightSyncClient
 from rlvr.serve.cpu_routes import WeightsPathError, weights_file
 from rlvr.serve.launch import dtype_args
-from rlvr.serve.options import KV_CACHE_ENV, ServeError, parse_args, vllm_argv
+from rlvr.serve.options import CPU_ENGINE_ENV, KV_CACHE_ENV, ServeError, parse_args, vllm_argv
 from rlvr.serve.protocol import ADMIN_HEADER, ADMIN_PATHS, is_loopback
 from rlvr.serve.staging import StagingFile, state_tensors
 
@@ -59,6 +59,19 @@ def test_bad_kv_cache_size_is_refused(monkeypatch):
         monkeypatch.setenv(KV_CACHE_ENV, bad)
         with pytest.raises(ServeError, match=f"RLVR_KV_CACHE_GB={bad!r}: must be a positive number of GiB"):
             parse_args(["--model", "tiny-random"])
+
+
+def test_the_cpu_engine_layout_comes_from_the_flag_else_the_environment_else_vllms(monkeypatch):
+    monkeypatch.delenv(CPU_ENGINE_ENV, raising=False)
+    assert parse_args(["--model", "tiny-random"])[0].cpu_engine == "worker"
+    monkeypatch.setenv(CPU_ENGINE_ENV, "inline")
+    assert parse_args(["--model", "tiny-random"])[0].cpu_engine == "inline"
+    assert parse_args(["--model", "tiny-random", "--cpu-engine", "worker"])[0].cpu_engine == "worker"
+    monkeypatch.setenv(CPU_ENGINE_ENV, "threads")
+    with pytest.raises(ServeError, match="RLVR_CPU_ENGINE='threads': must be one of worker, inline"):
+        parse_args(["--model", "tiny-random"])
+    with pytest.raises(SystemExit):  # argparse names the choices
+        parse_args(["--model", "tiny-random", "--cpu-engine", "threads"])
 
 
 def test_the_cpu_kv_cache_default_comes_from_the_environment_unless_given(monkeypatch):

@@ -1,6 +1,8 @@
 """Whichever process of a server's tree is SIGKILLed (the API server, vLLM's engine core, its worker), the rest of
 the tree dies with it, with nobody cleaning up (the launcher's `with` block is still open): no orphan keeps a core
-busy (rlvr.serve.engine.watch_parent). The death is named with the engine's last error when it logged one.
+busy (rlvr.serve.engine.watch_parent). The death is named with the engine's last error when it logged one. Both CPU
+layouts (`--cpu-engine`): vLLM's, with the worker process (the product's default), and the inline engine (the model
+in the engine core; the rest of the suite runs it), which first answers as the worker layout does, token for token.
 
 The worker is killed while a weight update waits on it: the update must be answered (503), not left waiting on an
 engine that will never answer (rlvr.serve.gate.unless_engine_dies); before, the API server then never exited."""
@@ -55,6 +57,18 @@ def wait_until_gone(pids: list[int]) -> list[int]:
 
 
 VICTIMS = ("API server", "VLLM::EngineCore", "VLLM::Worker")
+INLINE_VICTIM = "VLLM::EngineCore"  # of the inline server: the process that runs the model there
+
+
+def sample(server) -> list[dict]:
+    """A greedy and a seeded request's tokens and logprobs."""
+    answers = []
+    for params in ({"temperature": 0.0}, {"temperature": 1.0, "seed": 7}):
+        answer = httpx.post(f"{server.url}/v1/completions", timeout=120, json={
+            "model": "tiny-random", "prompt": "The capital of France is", "max_tokens": 12, "logprobs": 1,
+            "ignore_eos": True, **params}).raise_for_status().json()["choices"][0]["logprobs"]
+        answers.append({"tokens": answer["tokens"], "logprobs": answer["token_logprobs"]})
+    return answers
 
 
 def kill_worker_mid_update(server, worker: int, weights: Path, pool: ThreadPoolExecutor) -> httpx.Response:
@@ -69,14 +83,18 @@ def kill_worker_mid_update(server, worker: int, weights: Path, pool: ThreadPoolE
     return update.result(timeout=DEATH_WAIT_S + 10)
 
 
-@pytest.mark.timeout(3600)  # three server starts at once on a machine that others may load heavily
-def test_killing_any_process_of_a_server_leaves_none_behind(tiny_model, tmp_path):
-    """One server per victim, started at once (one start's wall time instead of three)."""
+@pytest.mark.timeout(3600)  # four server starts at once on a machine that others may load heavily
+def test_killing_any_process_of_a_server_leaves_none_behind(tiny_model, tmp_path, monkeypatch):
+    """One server per victim, started at once (one start's wall time instead of four)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the worker layout's thread count (one core each): equal numerics
+    layouts = ["worker"] * len(VICTIMS) + ["inline"]
     with contextlib.ExitStack() as stack:
-        starts = [launch(model="tiny-random", extra_args=["--kv-cache-gb", "0.5"], log_file=tmp_path / f"{i}.log",
-                         timeout=1800) for i in range(len(VICTIMS))]
+        starts = [launch(model="tiny-random", extra_args=["--kv-cache-gb", "0.5", "--cpu-engine", layout],
+                         log_file=tmp_path / f"{i}.log", timeout=1800) for i, layout in enumerate(layouts)]
         with ThreadPoolExecutor(len(starts)) as pool:
             servers = list(pool.map(stack.enter_context, starts))
+        *servers, inline = servers
+        assert sample(inline) == sample(servers[0])  # the same tokens and logprobs, greedy and seeded
         trees = {}
         pool = stack.enter_context(ThreadPoolExecutor(1))
         for victim, server in zip(VICTIMS, servers, strict=True):
@@ -91,7 +109,13 @@ def test_killing_any_process_of_a_server_leaves_none_behind(tiny_model, tmp_path
             else:
                 os.kill(server.pid if victim == "API server" else by_title[victim][0], signal.SIGKILL)
             trees[victim] = (tree, titles)
-        for victim, server in zip(VICTIMS, servers, strict=True):
+        tree = group_processes(inline.pid)
+        titles = {pid: title(pid) for pid in tree}
+        assert not [t for t in titles.values() if t.startswith("VLLM::Worker")], titles  # the model runs inline
+        [engine] = [pid for pid, t in titles.items() if t.startswith(INLINE_VICTIM)]
+        os.kill(engine, signal.SIGKILL)
+        trees[f"inline {INLINE_VICTIM}"] = (tree, titles)
+        for victim, server in zip(trees, [*servers, inline], strict=True):
             tree, titles = trees[victim]
             left = wait_until_gone(tree)  # while the launcher's `with` block is still open: nobody cleans up
             assert not left, f"after SIGKILL of the {victim}, still alive: {[titles[p] for p in left]}"

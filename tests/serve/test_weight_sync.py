@@ -2,7 +2,8 @@
 
 The shared session servers must keep their weights, so this module starts its own tiny-random server, bound to
 0.0.0.0 (a non-loopback address, so the admin token is enforced) and reached through 127.0.0.1, so the client's
-default transport is the file one.
+default transport is the file one. In vLLM's CPU layout (`--cpu-engine worker`, the product's default; the suite's
+other servers run the model inline): the update reaches a worker process through the engine core's RPC.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def sync_server(tiny_model, tmp_path_factory, allowed_dir):
         # vLLM on CPU serves a float32 checkpoint in bfloat16 by default (logprobs then differ from an fp32
         # forward by ~5e-3, measured); float32, the trainer's dtype, makes the comparison with transformers tight.
         dtype=torch.float32,
-        extra_args=["--allow-weights-dir", str(allowed_dir)],
+        extra_args=["--allow-weights-dir", str(allowed_dir), "--cpu-engine", "worker"],
         host="0.0.0.0",
         admin_token=TOKEN,
         log_file=tmp_path_factory.mktemp("serve") / "serve.log",

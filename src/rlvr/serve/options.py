@@ -17,6 +17,11 @@ DEFAULT_CPU_KV_CACHE_GB = 2.0
 # Overrides DEFAULT_CPU_KV_CACHE_GB for every server started without --kv-cache-gb, e.g. by `rlvr train` or a study:
 # a machine that runs several small servers at once (the test suite sets 0.5) keeps their memory in check.
 KV_CACHE_ENV = "RLVR_KV_CACHE_GB"
+# Where the model runs on CPU (docs/serve.md, "Engine layout on CPU"): "worker" is vLLM's CPU layout, the API server's
+# engine core spawning a worker process bound to its own cores (the engine core polls it, ~half a core while it
+# generates); "inline" is the layout vLLM uses on one GPU, the model in the engine core, one process fewer.
+CPU_ENGINE_ENV = "RLVR_CPU_ENGINE"
+CPU_ENGINES = ("worker", "inline")
 LOG_FORMAT = "%(levelname)s %(asctime)s [%(name)s] %(message)s"
 
 
@@ -32,6 +37,7 @@ class ServeOptions:
     kv_cache_gb: float | None
     admin_token: str | None
     log_file: Path | None
+    cpu_engine: str = "worker"
     # Extra roots for the file transport, on top of `cpu_routes.default_weights_roots()`.
     weights_dirs: tuple[Path, ...] = ()
 
@@ -62,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-file", type=Path, default=None, help="also write the server log to this file")
     parser.add_argument(
+        "--cpu-engine",
+        choices=CPU_ENGINES,
+        default=None,
+        help="on CPU, where the model runs: 'worker' (vLLM's CPU layout: a worker process bound to its cores, polled by "
+        "the engine core) or 'inline' (in the engine core, as on one GPU: one process fewer, faster to start, less "
+        f"CPU per token, unbound threads); default ${CPU_ENGINE_ENV} or 'worker'. Ignored on GPU",
+    )
+    parser.add_argument(
         "--allow-weights-dir",
         type=Path,
         action="append",
@@ -89,6 +103,16 @@ def cpu_kv_cache_gb() -> float:
     return value
 
 
+def cpu_engine(given: str | None) -> str:
+    """--cpu-engine if given, else $RLVR_CPU_ENGINE, else "worker"."""
+    if given is not None:
+        return given
+    value = os.environ.get(CPU_ENGINE_ENV, "").strip()
+    if value and value not in CPU_ENGINES:
+        raise ServeError(f"${CPU_ENGINE_ENV}={value!r}: must be one of {', '.join(CPU_ENGINES)} (unset it for worker)")
+    return value or "worker"
+
+
 def parse_args(argv: list[str]) -> tuple[ServeOptions, list[str]]:
     """Split `rlvr serve` argv into rlvr's options and the flags passed through to vLLM."""
     known, passthrough = build_parser().parse_known_args(argv)
@@ -102,6 +126,7 @@ def parse_args(argv: list[str]) -> tuple[ServeOptions, list[str]]:
         kv_cache_gb=known.kv_cache_gb,
         admin_token=known.admin_token or os.environ.get(ADMIN_TOKEN_ENV) or None,
         log_file=known.log_file,
+        cpu_engine=cpu_engine(known.cpu_engine),
         weights_dirs=tuple(known.allow_weights_dir),
     )
     for directory in options.weights_dirs:

@@ -149,6 +149,11 @@ def main(argv: list[str] | None = None) -> None:
 
     cli_env_setup()
     on_cpu = current_platform.is_cpu()
+    if on_cpu and options.cpu_engine == "inline":
+        # vLLM's CPU platform turns the one-process executor into the multiprocessing one unless V1 multiprocessing is
+        # off (vllm/platforms/cpu.py, check_and_update_config); the API server still spawns the engine core (AsyncLLM
+        # always does), which then runs the model itself. Read when the engine's config is built, below.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     try:
         model_path = models.resolve(options.model)
     except models.ModelError as exc:
