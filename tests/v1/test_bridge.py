@@ -51,7 +51,7 @@ def test_train_three_steps_through_the_bridge(training_server, tmp_path):
     command += [arg for k, v in settings.items() for arg in ("-s", f"{k}={v}")]
     result = subprocess.run(command, cwd=REPO, env={**os.environ, **OFFLINE}, capture_output=True, text=True,
                             timeout=1200)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     steps = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [0, 1, 2]
     logged = [r for s in steps for r in s["rollouts"]]
@@ -77,7 +77,7 @@ def test_evaluate(training_server, tmp_path):
                              f"{training_server.url}/v1", "-n", "2", "-r", "2", "--max-tokens", "8", "-o", str(out),
                              "-a", json.dumps({"taskset": {"num_tasks": 4}})],
                             cwd=REPO, env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["example_id"] for r in rows] == [0, 0, 1, 1]
     assert all(len(r["turn_rewards"]) >= 1 and r["error"] is None for r in rows)
