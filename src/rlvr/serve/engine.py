@@ -1,5 +1,6 @@
 """What rlvr changes inside vLLM's engine processes: the engine core that the API server spawns and the workers that
-the engine core spawns (vLLM 0.32, multiprocessing "spawn").
+the engine core spawns (vLLM 0.32, multiprocessing "spawn"; with `--cpu-engine inline` the model runs in the engine
+core and there is no worker).
 
 - `watch_parent`: each of them dies with the process that spawned it, however that one dies (and the API server
   with the process that `launch`ed it). vLLM's own links
