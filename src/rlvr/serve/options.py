@@ -22,6 +22,7 @@ KV_CACHE_ENV = "RLVR_KV_CACHE_GB"
 # generates); "inline" is the layout vLLM uses on one GPU, the model in the engine core, one process fewer.
 CPU_ENGINE_ENV = "RLVR_CPU_ENGINE"
 CPU_ENGINES = ("worker", "inline")
+DEFAULT_CPU_ENGINE = "worker"
 LOG_FORMAT = "%(levelname)s %(asctime)s [%(name)s] %(message)s"
 
 
@@ -37,7 +38,7 @@ class ServeOptions:
     kv_cache_gb: float | None
     admin_token: str | None
     log_file: Path | None
-    cpu_engine: str = "worker"
+    cpu_engine: str = DEFAULT_CPU_ENGINE
     # Extra roots for the file transport, on top of `cpu_routes.default_weights_roots()`.
     weights_dirs: tuple[Path, ...] = ()
 
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="on CPU, where the model runs: 'worker' (vLLM's CPU layout: a worker process bound to its cores, polled by "
         "the engine core) or 'inline' (in the engine core, as on one GPU: one process fewer, faster to start, less "
-        f"CPU per token, unbound threads); default ${CPU_ENGINE_ENV} or 'worker'. Ignored on GPU",
+        f"CPU per token, unbound threads); default ${CPU_ENGINE_ENV} or {DEFAULT_CPU_ENGINE!r}. Ignored on GPU",
     )
     parser.add_argument(
         "--allow-weights-dir",
@@ -104,13 +105,13 @@ def cpu_kv_cache_gb() -> float:
 
 
 def cpu_engine(given: str | None) -> str:
-    """--cpu-engine if given, else $RLVR_CPU_ENGINE, else "worker"."""
+    """--cpu-engine if given, else $RLVR_CPU_ENGINE, else DEFAULT_CPU_ENGINE."""
     if given is not None:
         return given
     value = os.environ.get(CPU_ENGINE_ENV, "").strip()
     if value and value not in CPU_ENGINES:
-        raise ServeError(f"${CPU_ENGINE_ENV}={value!r}: must be one of {', '.join(CPU_ENGINES)} (unset it for worker)")
-    return value or "worker"
+        raise ServeError(f"${CPU_ENGINE_ENV}={value!r}: must be one of {', '.join(CPU_ENGINES)} (unset it for {DEFAULT_CPU_ENGINE})")
+    return value or DEFAULT_CPU_ENGINE
 
 
 def parse_args(argv: list[str]) -> tuple[ServeOptions, list[str]]:
