@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from tests.budget import area_of, budget_shares
 
 REPO_ROOT = Path(__file__).resolve().parent
 
@@ -372,20 +373,7 @@ def pytest_testnodedown(node, error):
 # Every run ends with the time each area of the suite took (setup + call + teardown of its tests, summed over the
 # workers; a session server's start counts to the first test that uses it) and its share of the whole, against the
 # share docs/testing.md gives the area. Over budget is reported, not failed: machines of this class differ 2x in
-# speed, so a timing is a number to read (the charter), never an assertion.
-BUDGET_DOC = REPO_ROOT / "docs" / "testing.md"
-BUDGET_ROW = re.compile(r"^\|\s*`([\w./-]+)`\s*\|\s*(\d+(?:\.\d+)?)\s*%", re.MULTILINE)
-
-
-def area_of(nodeid: str) -> str:
-    """tests/<area> or environments/<package>: the first two parts of the test's path."""
-    return "/".join(nodeid.split("::", 1)[0].split("/")[:2])
-
-
-def budget_shares() -> dict[str, float]:
-    """Area -> its share of the suite's time in percent: the rows `| `area` | N% |` of docs/testing.md."""
-    text = BUDGET_DOC.read_text() if BUDGET_DOC.is_file() else ""
-    return {area: float(share) for area, share in BUDGET_ROW.findall(text)}
+# speed, so a timing is a number to read (the charter), never an assertion. The table's parsing: tests/budget.py.
 
 
 class DirectoryTimes:
