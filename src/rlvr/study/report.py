@@ -578,10 +578,11 @@ def render_rerun_spread(data: StudyData, headline: Sequence[str]) -> list[str]:
     if not replicated:
         return lines + [
             "No cell was run more than once, so the ± of a cell above is its evaluation's sampling error only. "
-            "Rollouts and evaluations are sampled with per-request seeds derived from the cell's seed, but a re-run "
-            "of the same command is not bit-identical (server batching numerics, thread timing: "
-            "src/rlvr/study/README.md) and its value can move by more than that; `replicates = 2` (or more) in the "
-            "study TOML runs every cell again with its seed and measures by how much."]
+            "Rollouts and evaluations are sampled with per-request seeds derived from the cell's seed: on one CPU "
+            "machine a re-run of the same command repeats the cell token for token, but on GPUs, with another "
+            "thread count or library version (batch-dependent numerics, reduction order: src/rlvr/study/README.md) "
+            "its value can move by more than that; `replicates = 2` (or more) in the study TOML runs every cell "
+            "again with its seed and measures by how much."]
     lines += [
         f"{len(replicated)} of {len(data.cells)} cells were run more than once with their own seed (the same command "
         "again, in cells/ALGO/seed-S/replicate-K/). Per cell and headline metric: each run's value (the cell's "
