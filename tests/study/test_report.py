@@ -274,6 +274,32 @@ def test_cells_are_paired_with_the_base_model_and_the_baseline_example_by_exampl
     assert "base" in pairs["grpo/seed-0"]["main"] and "grpo" not in pairs["grpo/seed-0"]["main"]
 
 
+def test_each_algorithm_is_paired_over_the_examples_pooled_over_its_seeds(tmp_path):
+    """Two seeds: per example the cell minus the base model averaged over the seeds, paired over the examples; a
+    pairing with the baseline over fewer seeds names them; an algorithm with one seed of results has no row."""
+    make_study(tmp_path, seeds=(0, 1))
+    layout = StudyLayout(tmp_path)
+    write_results(layout.eval(layout.base(0)), {0: [0, 0], 1: [0, 0], 2: [0, 1]})
+    write_results(layout.eval(layout.base(1)), {0: [1, 1], 1: [0, 0], 2: [0, 0]})
+    write_results(layout.eval(layout.cell("grpo", 0)), {0: [1, 0], 1: [0, 0], 2: [1, 1]})  # seed 1: no results
+    write_results(layout.eval(layout.cell("mt_grpo", 0)), {0: [1, 1], 1: [1, 0], 2: [1, 1]})
+    write_results(layout.eval(layout.cell("mt_grpo", 1)), {0: [1, 1], 1: [1, 1], 2: [0, 1]})
+    report = write_report(tmp_path).read_text()
+    section = report.split("## Pooled over seeds, paired over the held-out examples")[1].split("## Cells")[0]
+    # mt_grpo - base per example: seed 0 (1, 0.5, 0.5), seed 1 (0, 1, 0.5): pooled 0.5, 0.75, 0.5, mean 0.583,
+    # s_d 0.144338, s.e. 0.083333, half width 4.302653 x 0.083333 = 0.359; mt_grpo - grpo on seed 0 only:
+    # 0.5, 0.5, 0 (mean 0.333, s_d 0.288675, half 4.302653 x 0.166667 = 0.717)
+    assert table_row(section, "mt_grpo")[1:] == ["0, 1", "+0.583 [+0.225, +0.942] 3/3",
+                                                 "+0.333 [-0.384, +1.050] 2/3 (seeds 0)"]
+    assert "| grpo |" not in section
+    assert "resolve with 80% power (two-sided, 95%, over the algorithms): exact_match 0.233." in section
+    pooled = json.loads((tmp_path / "summary.json").read_text())["pooled_over_examples"]
+    assert list(pooled) == ["mt_grpo"]
+    assert pooled["mt_grpo"]["main"]["base"]["exact_match"]["mean"] == pytest.approx(7 / 12)
+    assert pooled["mt_grpo"]["main"]["base"]["exact_match"]["seeds"] == [0, 1]
+    assert pooled["mt_grpo"]["main"]["grpo"]["exact_match"]["seeds"] == [0]
+
+
 def split_study(root: Path, split_by: str) -> StudyLayout:
     """One seed, 5 held-out examples, the first three marked target_in_training (in their info, as vf-webshop's
     held-out rows are), with `[report] split_by` set in the manifest."""

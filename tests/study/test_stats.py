@@ -21,6 +21,7 @@ from rlvr.study.stats import (
     paired_difference,
     pooled_replicate_sd,
     rerun_spread,
+    seed_averaged,
     t_quantile,
 )
 
@@ -78,6 +79,31 @@ def test_examples_split_by_a_field_of_their_rows_or_their_info():
     split = paired_by_group(treatment, base, example_groups(rows, "seen"))
     assert list(split) == ["False", "True", "yes"]  # example 4 has no group: in none of them
     assert [(d.n, d.mean) for d in split.values()] == [(1, -0.5), (1, 1.0), (1, 0.5)]
+
+
+def test_seed_averaged_pools_each_example_over_the_seeds_on_the_examples_every_seed_has():
+    pairs = {3: ({"a": 1.0, "b": 0.5, "c": 1.0}, {"a": 0.0, "b": 0.5, "c": 0.0}),
+             4: ({"a": 0.5, "b": 1.0}, {"a": 0.5, "b": 0.0, "d": 1.0})}
+    # "c" and "d" miss a side in one seed: left out; a: (1 + 0.5) / 2 vs (0 + 0.5) / 2, b: (0.5 + 1) / 2 vs (0.5 + 0) / 2
+    assert seed_averaged(pairs) == ({"a": 0.75, "b": 0.75}, {"a": 0.25, "b": 0.25})
+    assert seed_averaged({}) == ({}, {})
+    diff = paired_difference(*seed_averaged(pairs))
+    assert (diff.n, diff.mean, diff.wins) == (2, 0.5, 2)
+
+
+@given(st.lists(st.lists(st.floats(0, 1), min_size=3, max_size=3), min_size=1, max_size=4),
+       st.lists(st.lists(st.floats(0, 1), min_size=3, max_size=3), min_size=4, max_size=4))
+def test_seed_averaged_difference_is_the_mean_of_the_seeds_differences(treatments, baselines):
+    """With every example in every seed, each pooled difference is the mean over the seeds of that example's
+    per-seed difference; one seed pools to itself."""
+    pairs = {seed: (dict(zip("xyz", t, strict=True)), dict(zip("xyz", baselines[seed], strict=True)))
+             for seed, t in enumerate(treatments)}
+    pooled_t, pooled_b = seed_averaged(pairs)
+    for example in "xyz":
+        by_seed = [t[example] - b[example] for t, b in pairs.values()]
+        assert pooled_t[example] - pooled_b[example] == pytest.approx(math.fsum(by_seed) / len(by_seed), abs=1e-12)
+    if len(pairs) == 1:
+        assert (pooled_t, pooled_b) == pairs[0]
 
 
 def test_one_or_no_shared_seed_gives_no_interval():

@@ -40,6 +40,7 @@ from rlvr.study.stats import (  # noqa: E402
     paired_difference,
     pooled_replicate_sd,
     rerun_spread,
+    seed_averaged,
     t_quantile,
 )
 from rlvr.study.units import MAIN, BaseRecord, CellRecord, ExampleMeans, read_base, read_cell  # noqa: E402
@@ -156,6 +157,26 @@ class StudyData:
         """Within the cell's seed: its per-example means minus those of the base model (`against` None) or of
         algorithm `against`'s cell of the same seed, over the held-out examples both evaluated."""
         return paired_difference(*self.example_pair(cell, metric, evaluation, against), self.report.confidence)
+
+    def seed_pairs(self, algo: str, metric: str, evaluation: str = MAIN,
+                   against: str | None = None) -> dict[int, tuple[dict[str, float], dict[str, float]]]:
+        """seed -> `example_pair` of `algo`'s cell of that seed, for the seeds where both sides have per-example
+        means."""
+        pairs = {c.seed: self.example_pair(c, metric, evaluation, against) for c in self.cells if c.algo == algo}
+        return {seed: pair for seed, pair in sorted(pairs.items()) if all(pair)}
+
+    def pooled_over_examples(self, algo: str, metric: str, evaluation: str = MAIN,
+                             against: str | None = None) -> PairedDifference:
+        """`algo` minus the base model (`against` None) or algorithm `against`, per held-out example averaged over
+        the seeds both have (`seed_averaged`), paired over the examples."""
+        return paired_difference(*seed_averaged(self.seed_pairs(algo, metric, evaluation, against)),
+                                 self.report.confidence)
+
+    def pooled_over_examples_split(self, algo: str, metric: str, evaluation: str = MAIN,
+                                   against: str | None = None) -> dict[str, PairedDifference]:
+        """`pooled_over_examples` within each value of the [report] split_by field."""
+        return paired_by_group(*seed_averaged(self.seed_pairs(algo, metric, evaluation, against)),
+                               self.example_groups(evaluation), self.report.confidence)
 
     def example_groups(self, evaluation: str = MAIN) -> dict[str, str]:
         """Held-out example id -> its [report] split_by value on `evaluation`, from every unit that read one (the
@@ -334,6 +355,7 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
     lines += render_targets(data)
     headline = [m for m in rep.headline if m in metrics]
     lines += ["", *render_paired_over_examples(data, headline)]
+    lines += ["", *render_pooled_over_examples(data, headline)]
     rows = []
     for cell in sorted(data.cells, key=lambda c: (algos.index(c.algo), c.seed)):
         rows.append([
@@ -526,6 +548,62 @@ def render_paired_over_examples(data: StudyData, headline: Sequence[str]) -> lis
     return lines
 
 
+def render_pooled_over_examples(data: StudyData, headline: Sequence[str]) -> list[str]:
+    """Each algorithm against the base model and the baseline over its seeds at once: per held-out example the
+    difference averaged over the seeds, paired over the examples; only where some algorithm has 2 or more seeds."""
+    rep = data.report
+    headline = [m for m in headline if any(m in e for c in data.cells for e in c.examples.values())]
+    if not headline:
+        return []
+    compare = [None, *([rep.baseline] if rep.baseline in data.algos and len(data.algos) > 1 else [])]
+    rows, groups_rows, stderrs = [], [], {m: [] for m in headline}
+    for evaluation in [MAIN, *data.settings["evaluation"].get("sets", {})]:
+        groups = data.example_groups(evaluation) if rep.split_by else {}
+        for algo in data.algos:
+            seeds = {other: list(data.seed_pairs(algo, headline[0], evaluation, other)) for other in compare}
+            if len(seeds[None]) < 2:
+                continue
+            label = f"{algo} ({evaluation})" if evaluation else algo
+            pooled = {(o, m): data.pooled_over_examples(algo, m, evaluation, o) for o in compare for m in headline}
+            for m in headline:
+                if pooled[None, m].n > 1:
+                    stderrs[m].append(pooled[None, m].stderr)
+            # a pairing with the baseline over fewer seeds than the row's says which
+            fewer = {o: "" if seeds[o] == seeds[None] else f" (seeds {', '.join(map(str, seeds[o]))})"
+                     for o in compare}
+            rows.append([label, ", ".join(map(str, seeds[None])),
+                         *("-" if o == algo else fmt_diff(pooled[o, m]) + fewer[o] for o in compare for m in headline)])
+            split = {(o, m): data.pooled_over_examples_split(algo, m, evaluation, o)
+                     for o in compare if o != algo for m in headline}
+            groups_rows += [[label, value, sum(v == value for v in groups.values()),
+                             *("-" if o == algo else fmt_diff(split[o, m][value]) for o in compare for m in headline)]
+                            for value in sorted(set(groups.values()))]
+    if not rows:
+        return []
+    against = f" (and {rep.baseline}'s cell's)" if len(compare) > 1 else ""
+    lines = ["## Pooled over seeds, paired over the held-out examples", "",
+             "Per algorithm: on each held-out example, the cell's mean over its rollouts minus the base model's"
+             f"{against} on the same example and seed, averaged over the seeds that have both; mean "
+             f"[{rep.confidence:.0%} interval, Student's t over the examples] and the examples where the algorithm was "
+             "higher. The interval covers the evaluation's sampling, the choice of examples and how each run moved "
+             "each example, for these training runs (each seed's rollouts add up); a shift one run gives every "
+             "example alike is not in it: that is the tables over seeds above, whose intervals hold for another "
+             "training seed.", "",
+             markdown_table(["algorithm", "seeds", *(f"{m}: - {o or 'base'}" for o in compare for m in headline)],
+                            rows)]
+    found = [f"{m} {min(v) * resolved_by(1.0, level=rep.confidence):.3f}"
+             + (f"-{max(v) * resolved_by(1.0, level=rep.confidence):.3f}" if max(v) > min(v) else "")
+             for m, v in stderrs.items() if v]
+    if found:
+        lines += ["", f"Differences from the base these pooled pairings resolve with 80% power (two-sided, "
+                  f"{rep.confidence:.0%}, over the algorithms): {', '.join(found)}."]
+    if groups_rows:
+        lines += ["", f"Split by `{rep.split_by}`: the same pooled pairings within each group.", "",
+                  markdown_table(["algorithm", rep.split_by, "examples",
+                                  *(f"{m}: - {o or 'base'}" for o in compare for m in headline)], groups_rows)]
+    return lines
+
+
 def render_split(data: StudyData, cells: Sequence[CellRecord], headline: Sequence[str], evaluation: str,
                  compare: Sequence[str | None]) -> list[str]:
     """The per-example pairings of one evaluation again, within each value of the [report] split_by field."""
@@ -646,6 +724,13 @@ def summary_record(data: StudyData) -> dict[str, Any]:
             data, lambda c, m, evaluation, other: {
                 value: asdict(d) for value, d in data.paired_over_examples_split(c, m, evaluation, other).items()})}}
            if data.report.split_by else {}),
+        "pooled_over_examples": {  # algorithm -> evaluation -> base or baseline -> metric -> pairing
+            a: {evaluation or "main": {other or "base": {
+                m: {**asdict(data.pooled_over_examples(a, m, evaluation, other)),
+                    "seeds": list(data.seed_pairs(a, m, evaluation, other))} for m in data.headline}
+                for other in (None, data.report.baseline) if other != a}
+                for evaluation in [MAIN, *data.settings["evaluation"].get("sets", {})]}
+            for a in data.algos if len(data.seed_pairs(a, data.headline[0])) > 1},
         "heldout_curve": {
             "steps": data.curve_steps,
             "algorithms": {a: {m: {step: asdict(across_seeds(data.curve_values(a, m, step)))

@@ -84,6 +84,27 @@ def example_means(rows: Iterable[Mapping], metric: str) -> dict[str, float]:
     return {example: math.fsum(values) / len(values) for example, values in per_example.items()}
 
 
+def seed_averaged(pairs: Mapping[int, tuple[Mapping[str, float], Mapping[str, float]]]
+                  ) -> tuple[dict[str, float], dict[str, float]]:
+    """seed -> (treatment's, baseline's per-example means) to the per-example means over the seeds, on the examples
+    both sides of every seed evaluated: paired over examples (`paired_difference`), their difference is
+
+        d̄_e = (1/S) Σ_s (t_{s,e} - b_{s,e}),
+
+    one value per held-out example pooled over S training runs. Its t interval over the examples covers the
+    evaluation's sampling, the choice of examples and how each run moved each example; a shift one run gives every
+    example alike is common to all d̄_e and so is not in it (that is the across-seed pairing's, with S - 1 degrees of
+    freedom): the interval holds for these S runs, with S times the rollouts of one."""
+    if not pairs:
+        return {}, {}
+    shared = set.intersection(*(set(treatment) & set(baseline) for treatment, baseline in pairs.values()))
+
+    def mean_over_seeds(side: int) -> dict[str, float]:
+        return {e: math.fsum(float(pair[side][e]) for pair in pairs.values()) / len(pairs) for e in shared}
+
+    return mean_over_seeds(0), mean_over_seeds(1)
+
+
 def example_groups(rows: Iterable[Mapping], name: str) -> dict[str, str]:
     """Held-out example id -> its value of field `name` as text (a key of its rows, or else of their `info`, where
     environments keep what they know of an example, e.g. vf-webshop's target_in_training); examples without the
