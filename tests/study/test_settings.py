@@ -128,9 +128,12 @@ def test_cli_overrides_and_errors(tmp_path):
                       'micro_batch_size = 2\n')
     out = tmp_path / "study"
     code, text = study("--config", config, "--out", out, "--dry-run", "--seeds", "3,4", "--steps", "5",
-                       "--set", "learning_rate=2e-5", "--set", "mt_grpo:credit.coef=0.5", "--eval-examples", "7")
+                       "--set", "learning_rate=2e-5", "--set", "mt_grpo:credit.coef=0.5", "--eval-examples", "7",
+                       "--set", "beta=0.04")
     assert code == 0, text
     assert "max_steps=5" in text and "learning_rate=2e-05" in text and "7 examples x 2 rollouts" in text
+    # an option outside the budget line is shown too, with the config's own ones
+    assert "other training options: micro_batch_size=2, beta=0.04" in text
     assert "│ 3 │ to do │ to do │ to do │" in text and not out.exists()  # a dry run writes nothing
     config.write_text("replicates = 3\n" + config.read_text())
     code, text = study("--config", config, "--out", out, "--dry-run")

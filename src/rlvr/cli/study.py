@@ -143,7 +143,11 @@ def show_plan(settings, out: Path) -> None:
     layout = StudyLayout(out)
     console.print(f"[bold]study[/bold] {out}: {settings.env} with {settings.model}"
                   + (f"; committed records in {settings.results}" if settings.results else ""))
-    console.print("budget per cell: " + ", ".join(f"{k}={v}" for k, v in settings.budget().items()))
+    budget = settings.budget()
+    console.print("budget per cell: " + ", ".join(f"{k}={v}" for k, v in budget.items()))
+    rest = {k: v for k, v in settings.training.items() if k not in budget}
+    if rest:  # e.g. a --set beta=0.04: the plan shows every option a cell trains with
+        console.print("other training options: " + ", ".join(f"{k}={v}" for k, v in rest.items()))
     if settings.train_env_args:
         console.print(f"training environment: env_args with {json.dumps(settings.train_env_args)} (held-out: "
                       "env_args as they are)")
