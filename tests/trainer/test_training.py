@@ -193,3 +193,34 @@ def test_an_env_group_of_turn_level_environments_gets_turn_level_credit(training
             assert r.first_result_turn == 0 and len(r.advantages) == 2
             assert (r.advantages[0] - r.advantages[1] > 0) == (reward > center), (r.advantages, turn_rewards)
     assert varied >= 2  # a random policy picks a good letter about half the time: groups of 8 vary
+
+
+@pytest.mark.slow
+def test_filter_groups_fills_a_batch_with_groups_whose_outcomes_differ(training_server, tmp_path):
+    """DAPO's dynamic sampling against the real server: with 2 rollouts a prompt most of the random policy's groups
+    agree (both lose), so the batch needs further rounds of new prompts; every group it trains on has outcome spread,
+    the batch's own prompts come first, and the same batch index rolls out the same batch again (a resumed run)."""
+    from rlvr.rollouts import group_by_example
+    from rlvr.trainer import MTGRPOTrainer
+
+    env = load_environment(num_examples=32)
+    cfg = config(str(tmp_path), 1, batch_size=8, rollouts_per_example=2, micro_batch_size=2, filter_groups=True,
+                 max_generation_rounds=6)
+    trainer = MTGRPOTrainer("tiny-random", env, cfg, server_url=training_server.url)
+    trainer.sync_weights()  # the initial policy, whatever an earlier test left on the shared server
+    generated = trainer.generate_batch(0)
+    groups = group_by_example(generated.rollouts)
+    assert len(groups) == trainer.prompts_per_batch == 4
+    assert all(len(g) == 2 and len({r.outcome for r in g}) == 2 for g in groups)
+    assert generated.generation_rounds >= 2 and generated.dropped_groups >= 1
+    own = trainer.rollouts.generate(env, trainer.batch_example_rows(0), 2, batch=0)
+    with_spread = [g[0].example_id for g in group_by_example(own.rollouts) if len({r.outcome for r in g}) == 2]
+    assert [g[0].example_id for g in groups][:len(with_spread)] == with_spread
+    again = trainer.generate_batch(0)
+    assert [(r.example_id, r.completion) for r in again.rollouts] == [
+        (r.example_id, r.completion) for r in generated.rollouts]
+    metrics = trainer.make_batch(0, generated).metrics
+    assert metrics["batch/generation_rounds"] == generated.generation_rounds
+    assert metrics["batch/dropped_groups"] == generated.dropped_groups
+    assert metrics["batch/skipped_zero_advantage_fraction"] == 0.0  # every rollout carries an outcome advantage
+    trainer.close()

@@ -76,6 +76,19 @@ class OnPolicyConfig(RLConfig):
                   "is the same. The per-token statistics (train/ratio, entropy, mismatch_kl) then cover the "
                   "forwarded samples. PPO forwards every sample (its critic trains on them)."},
     )
+    filter_groups: bool = field(
+        default=False,
+        metadata={"help": "DAPO's dynamic sampling (arXiv 2503.14476, Sec. 3.2): leave out the groups whose rollouts "
+                  "all got the same outcome (no group-normalised advantage anywhere) and roll out further prompts "
+                  "until the batch has batch_size / rollouts_per_example groups with outcome spread, in at most "
+                  "max_generation_rounds rounds (rlvr.trainer.group_filter). A batch that finds none trains as "
+                  "generated (its zero-advantage samples are skipped)."},
+    )
+    max_generation_rounds: int = field(
+        default=4,
+        metadata={"help": "filter_groups: rounds of prompts rolled out for one batch at most, the first included "
+                  "(verl's max_num_gen_batches); each round costs one batch's generation."},
+    )
     num_iterations: int = field(
         default=1, metadata={"help": "Optimizer steps per generated batch (the MT-GRPO paper uses 2)."}
     )
@@ -189,6 +202,9 @@ class OnPolicyConfig(RLConfig):
                               "down-weight even on-policy tokens")
         if self.num_iterations < 1:
             raise ConfigError(f"num_iterations={self.num_iterations} must be >= 1")
+        if self.max_generation_rounds < 1:
+            raise ConfigError(f"max_generation_rounds={self.max_generation_rounds} must be >= 1 (1: filter_groups "
+                              "only drops uniform groups, and rolls out no further prompts)")
         if self.rollouts_per_example < 2:
             raise ConfigError(f"rollouts_per_example={self.rollouts_per_example}: GRPO compares rollouts of "
                               "the same prompt, so it needs at least 2")

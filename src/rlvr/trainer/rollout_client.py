@@ -155,6 +155,8 @@ class GeneratedBatch:
     rollouts: list[Rollout]
     generation_s: float  # wall time of generate(), scoring included
     scoring_s: float  # time the rubrics spent scoring (groups are scored as they finish, so it overlaps generation)
+    generation_rounds: int = 1  # filter_groups: rounds of prompts rolled out for this batch
+    dropped_groups: int = 0  # filter_groups: groups left out because their rollouts all got one outcome
 
 
 def nccl_client(url: str, connection_timeout: float = 300.0):

@@ -1,0 +1,94 @@
+"""Dynamic sampling: a training batch of groups whose outcomes differ (pure functions; the loop is
+`OnPolicyTrainer.generate_batch`).
+
+DAPO (Yu et al., arXiv 2503.14476, Sec. 3.2 "Dynamic Sampling", Eq. 11's constraint 0 < |{o_i equivalent to a}| < G):
+a group whose rollouts all got the same outcome has a group-normalised advantage of 0 on every token, so it adds
+nothing to the policy gradient while its tokens still count in the batch's loss denominator (the update shrinks as
+more groups are uniform). DAPO over-samples and keeps only groups with spread until the batch is full; verl's recipe
+(recipe/dapo/dapo_ray_trainer.py, `algorithm.filter_groups`) draws further generation batches until it has
+`train_batch_size` such prompts, at most `max_num_gen_batches` times. Here each further round rolls out as many new
+prompts as a batch has, chosen by a seeded permutation of the dataset (a pure function of the run's seed, the batch
+and the round, so a resumed run regenerates the same batch) and sampled with seeds of their own (`round_seed_batch`).
+
+The filter reads the rollout's outcome (the rubric's rollout-level reward), as DAPO's does: turn-level estimators
+lose the groups whose only spread is in their turn rewards.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Collection, Sequence
+
+from rlvr.rollouts import Rollout
+from rlvr.seeding import derived_seed
+from rlvr.trainer.rollout_client import GeneratedBatch
+
+ROUND_STRIDE = 2**32  # no run has 2**32 batches, so round k >= 1 of batch b seeds like no batch of the run
+
+
+def round_seed_batch(batch: int, generation_round: int) -> int:
+    """The `batch` number the sampling seeds of round `generation_round` (0: the batch's own prompts) of training
+    batch `batch` are derived from (rlvr.seeding.request_seed): round 0 is the batch itself, later rounds differ
+    from every batch and from each other."""
+    return batch + generation_round * ROUND_STRIDE
+
+
+def group_ids(rollouts: Sequence[Rollout]) -> list[int]:
+    """The example ids of the rollouts' groups, in the order they first appear."""
+    return list(dict.fromkeys(r.example_id for r in rollouts))
+
+
+def groups_with_spread(rollouts: Sequence[Rollout]) -> tuple[list[Rollout], int]:
+    """The rollouts of the groups (rollouts of one example id) whose outcomes are not all equal, in their order,
+    and how many groups were dropped."""
+    outcomes: dict[int, set[float]] = {}
+    for r in rollouts:
+        outcomes.setdefault(r.example_id, set()).add(r.outcome)
+    spread = {example for example, values in outcomes.items() if len(values) > 1}
+    return [r for r in rollouts if r.example_id in spread], len(outcomes) - len(spread)
+
+
+def first_groups(rollouts: Sequence[Rollout], groups: int) -> list[Rollout]:
+    """The rollouts of the first `groups` groups."""
+    keep = set(group_ids(rollouts)[:groups])
+    return [r for r in rollouts if r.example_id in keep]
+
+
+def extra_prompt_positions(example_ids: Sequence[int], used: Collection[int], count: int, *, seed: int, batch: int,
+                           generation_round: int) -> list[int]:
+    """Dataset positions of up to `count` prompts for round `generation_round` of batch `batch`: a permutation of
+    the positions seeded by (seed, batch, round), skipping examples the batch already rolled out (`used`), so no
+    group of the batch shares an example id with another (credit groups rollouts by example id)."""
+    if count <= 0:
+        return []
+    order = list(range(len(example_ids)))
+    random.Random(derived_seed(seed, batch, generation_round)).shuffle(order)
+    chosen, taken = [], set(used)
+    for position in order:
+        if example_ids[position] not in taken:
+            chosen.append(position)
+            taken.add(example_ids[position])
+            if len(chosen) == count:
+                break
+    return chosen
+
+
+def batch_with_spread(first: GeneratedBatch, roll_more: Callable[[int, set[int]], GeneratedBatch | None], groups: int,
+                      max_rounds: int) -> GeneratedBatch:
+    """The batch's first `groups` groups with outcome spread: those of `first` (round 0, the batch's own prompts),
+    then of `roll_more(round, example ids rolled out so far)` for rounds 1, 2, ... until there are `groups` of
+    them, `max_rounds` rounds were rolled out, or `roll_more` has no prompt left (None). A batch without any such
+    group is `first` as generated (its advantages are all 0: the trainer skips it)."""
+    kept, dropped = groups_with_spread(first.rollouts)
+    used = set(group_ids(first.rollouts))
+    generation_s, scoring_s, rounds = first.generation_s, first.scoring_s, 1
+    while len(group_ids(kept)) < groups and rounds < max_rounds:
+        more = roll_more(rounds, used)
+        if more is None:
+            break
+        spread, uniform = groups_with_spread(more.rollouts)
+        kept, dropped, rounds = kept + spread, dropped + uniform, rounds + 1
+        used |= set(group_ids(more.rollouts))
+        generation_s, scoring_s = generation_s + more.generation_s, scoring_s + more.scoring_s
+    return GeneratedBatch(first_groups(kept, groups) if kept else first.rollouts, generation_s, scoring_s,
+                          generation_rounds=rounds, dropped_groups=dropped)
