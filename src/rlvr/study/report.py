@@ -518,6 +518,12 @@ def render_held_out_set(data: StudyData, name: str, changes: dict[str, Any]) -> 
                            paired)]
 
 
+def comparisons(data: StudyData) -> list[str | None]:
+    """What the per-example pairings subtract: the base model (None), and the baseline when others are compared."""
+    baseline = data.report.baseline
+    return [None, *([baseline] if baseline in data.algos and len(data.algos) > 1 else [])]
+
+
 def render_paired_over_examples(data: StudyData, headline: Sequence[str]) -> list[str]:
     """Every cell against the base model (and the baseline's cell) of its own seed, example by example on each
     held-out set: the interval a single-seed study has (it covers the evaluation, not a re-run)."""
@@ -527,7 +533,7 @@ def render_paired_over_examples(data: StudyData, headline: Sequence[str]) -> lis
     headline = [m for m in headline if any(m in e for c in cells for e in c.examples.values())]
     if not cells or not headline:
         return []
-    compare = [None, *([rep.baseline] if rep.baseline in data.algos and len(data.algos) > 1 else [])]
+    compare = comparisons(data)
     also = f" (and for {rep.baseline}'s cell of that seed)" if len(compare) > 1 else ""
     lines = ["## Paired over the held-out examples (within a seed)", "",
              "Per cell: on each held-out example, the mean over its rollouts minus the same example's mean for the "
@@ -555,7 +561,7 @@ def render_pooled_over_examples(data: StudyData, headline: Sequence[str]) -> lis
     headline = [m for m in headline if any(m in e for c in data.cells for e in c.examples.values())]
     if not headline:
         return []
-    compare = [None, *([rep.baseline] if rep.baseline in data.algos and len(data.algos) > 1 else [])]
+    compare = comparisons(data)
     rows, groups_rows, stderrs = [], [], {m: [] for m in headline}
     for evaluation in [MAIN, *data.settings["evaluation"].get("sets", {})]:
         groups = data.example_groups(evaluation) if rep.split_by else {}
@@ -581,14 +587,11 @@ def render_pooled_over_examples(data: StudyData, headline: Sequence[str]) -> lis
     if not rows:
         return []
     against = f" (and {rep.baseline}'s cell's)" if len(compare) > 1 else ""
-    lines = ["## Pooled over seeds, paired over the held-out examples", "",
-             "Per algorithm: on each held-out example, the cell's mean over its rollouts minus the base model's"
-             f"{against} on the same example and seed, averaged over the seeds that have both; mean "
-             f"[{rep.confidence:.0%} interval, Student's t over the examples] and the examples where the algorithm was "
-             "higher. The interval covers the evaluation's sampling, the choice of examples and how each run moved "
-             "each example, for these training runs (each seed's rollouts add up); a shift one run gives every "
-             "example alike is not in it: that is the tables over seeds above, whose intervals hold for another "
-             "training seed.", "",
+    intro = (f"Per algorithm: the per-example pairings above (the cell minus the base model's{against} of its seed), "
+             f"averaged per example over the seeds that have both; mean [{rep.confidence:.0%} interval, Student's t "
+             "over the examples], examples higher. For these training runs: a shift one run gives every example alike "
+             "is not in the interval (the tables over seeds carry it, for another training seed).")
+    lines = ["## Pooled over seeds, paired over the held-out examples", "", intro, "",
              markdown_table(["algorithm", "seeds", *(f"{m}: - {o or 'base'}" for o in compare for m in headline)],
                             rows)]
     found = [f"{m} {min(v) * resolved_by(1.0, level=rep.confidence):.3f}"
