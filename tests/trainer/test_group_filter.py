@@ -15,7 +15,6 @@ from rlvr.trainer.group_filter import (
     ROUND_STRIDE,
     batch_with_spread,
     extra_prompt_positions,
-    first_groups,
     groups_with_spread,
     round_seed_batch,
 )
@@ -41,8 +40,8 @@ def outcomes_of(rollouts) -> dict[int, list[float]]:
 def test_groups_whose_outcomes_all_agree_are_dropped():
     rollouts = batch({3: [1, 1, 1], 5: [0, 1, 0], 7: [0, 0, 0], 2: [0.5, 0.25, 0.5]}).rollouts
     kept, dropped = groups_with_spread(rollouts)
-    assert outcomes_of(kept) == {5: [0, 1, 0], 2: [0.5, 0.25, 0.5]} and dropped == 2
-    assert [r.example_id for r in first_groups(kept, 1)] == [5, 5, 5]
+    assert outcomes_of(r for group in kept for r in group) == {5: [0, 1, 0], 2: [0.5, 0.25, 0.5]} and dropped == 2
+    assert [r.example_id for r in kept[0]] == [5, 5, 5]  # in order of first appearance
 
 
 def test_a_batch_is_filled_from_later_rounds_in_order_and_trimmed():

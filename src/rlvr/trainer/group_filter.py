@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Collection, Sequence
 
-from rlvr.rollouts import Rollout
+from rlvr.rollouts import Rollout, group_by_example
 from rlvr.seeding import derived_seed
 from rlvr.trainer.rollout_client import GeneratedBatch
 
@@ -33,25 +33,12 @@ def round_seed_batch(batch: int, generation_round: int) -> int:
     return batch + generation_round * ROUND_STRIDE
 
 
-def group_ids(rollouts: Sequence[Rollout]) -> list[int]:
-    """The example ids of the rollouts' groups, in the order they first appear."""
-    return list(dict.fromkeys(r.example_id for r in rollouts))
-
-
-def groups_with_spread(rollouts: Sequence[Rollout]) -> tuple[list[Rollout], int]:
-    """The rollouts of the groups (rollouts of one example id) whose outcomes are not all equal, in their order,
-    and how many groups were dropped."""
-    outcomes: dict[int, set[float]] = {}
-    for r in rollouts:
-        outcomes.setdefault(r.example_id, set()).add(r.outcome)
-    spread = {example for example, values in outcomes.items() if len(values) > 1}
-    return [r for r in rollouts if r.example_id in spread], len(outcomes) - len(spread)
-
-
-def first_groups(rollouts: Sequence[Rollout], groups: int) -> list[Rollout]:
-    """The rollouts of the first `groups` groups."""
-    keep = set(group_ids(rollouts)[:groups])
-    return [r for r in rollouts if r.example_id in keep]
+def groups_with_spread(rollouts: Sequence[Rollout]) -> tuple[list[list[Rollout]], int]:
+    """The groups (`group_by_example`, in order) whose rollouts' outcomes are not all equal, and how many groups
+    were dropped."""
+    groups = group_by_example(rollouts)
+    spread = [g for g in groups if len({r.outcome for r in g}) > 1]
+    return spread, len(groups) - len(spread)
 
 
 def extra_prompt_positions(example_ids: Sequence[int], used: Collection[int], count: int, *, seed: int, batch: int,
@@ -80,15 +67,15 @@ def batch_with_spread(first: GeneratedBatch, roll_more: Callable[[int, set[int]]
     them, `max_rounds` rounds were rolled out, or `roll_more` has no prompt left (None). A batch without any such
     group is `first` as generated (its advantages are all 0: the trainer skips it)."""
     kept, dropped = groups_with_spread(first.rollouts)
-    used = set(group_ids(first.rollouts))
+    used = {r.example_id for r in first.rollouts}
     generation_s, scoring_s, rounds = first.generation_s, first.scoring_s, 1
-    while len(group_ids(kept)) < groups and rounds < max_rounds:
+    while len(kept) < groups and rounds < max_rounds:
         more = roll_more(rounds, used)
         if more is None:
             break
         spread, uniform = groups_with_spread(more.rollouts)
         kept, dropped, rounds = kept + spread, dropped + uniform, rounds + 1
-        used |= set(group_ids(more.rollouts))
+        used |= {r.example_id for r in more.rollouts}
         generation_s, scoring_s = generation_s + more.generation_s, scoring_s + more.scoring_s
-    return GeneratedBatch(first_groups(kept, groups) if kept else first.rollouts, generation_s, scoring_s,
-                          generation_rounds=rounds, dropped_groups=dropped)
+    rollouts = [r for group in kept[:groups] for r in group] if kept else first.rollouts
+    return GeneratedBatch(rollouts, generation_s, scoring_s, generation_rounds=rounds, dropped_groups=dropped)
