@@ -71,6 +71,18 @@ def test_plan_errors(tmp_path, args, message):
     assert says(text, message), result.output
 
 
+@pytest.mark.parametrize("extra, message", [
+    (("--dtype", "fp8"), "--dtype must be one of auto, half, float16, bfloat16, float, float32, got 'fp8'"),
+    (("--dtype", "float32", "--endpoint", "http://127.0.0.1:9"),
+     "start it with `rlvr serve --model tiny-random --dtype float32` and drop --dtype here"),
+])
+def test_collect_dtype_errors(tmp_path, extra, message):
+    result, text = rlvr("collect", "--env", "vf-arithmetic", "--model", "tiny-random", "-o", tmp_path / "c", *extra)
+    assert result.exit_code == 2, result.output
+    assert says(text, message), result.output
+    assert not (tmp_path / "c").exists()
+
+
 def test_value_model_for_another_tokenizer(tmp_path, tiny_model):
     other = AutoTokenizer.from_pretrained(tiny_model)
     other.add_tokens(["<step>"])  # a tokenizer that reads the same text into other ids

@@ -30,13 +30,24 @@ def parse_collect(command: str) -> dict:
     return collect.make_context("collect", words[2:]).params
 
 
-def test_the_collect_command_round_trips_through_the_cli(tmp_path):
+@pytest.mark.parametrize("dtype", [None, "float32"])
+def test_the_collect_command_round_trips_through_the_cli(tmp_path, dtype):
+    collected = dataclasses.replace(COLLECTED, dtype=dtype)
     out = tmp_path / "my collect"  # a space: the command must quote it
-    params = parse_collect(COLLECTED.command(out))
-    assert params["out"] == out and json.loads(params["env_args"]) == COLLECTED.env_args
+    params = parse_collect(collected.command(out))
+    assert params["out"] == out and json.loads(params["env_args"]) == collected.env_args
     for name in ("env", "model", "num_examples", "rollouts_per_example", "split", "temperature", "max_tokens",
-                 "segmentation"):
-        assert params[name] == getattr(COLLECTED, name), name
+                 "segmentation", "seed", "dtype"):
+        assert params[name] == getattr(collected, name), name
+
+
+def test_a_collection_resumes_only_in_its_dtype(tmp_path):
+    from rlvr.offline.trajectories import TrajectoryError
+
+    check_settings(tmp_path, COLLECTED)  # collected before --dtype existed, or without it: vLLM's choice
+    check_settings(tmp_path, COLLECTED)
+    with pytest.raises(TrajectoryError, match=r"other settings \(dtype: saved None, now 'float32'\)"):
+        check_settings(tmp_path, dataclasses.replace(COLLECTED, dtype="float32"))
 
 
 def test_the_manifest_keeps_how_each_offline_dataset_was_made(tmp_path):

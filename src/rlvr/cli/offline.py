@@ -43,6 +43,9 @@ def collect(
                              "prompt, the rollout and the turn (rlvr.seeding), so the same seed collects the same "
                              "trajectories."),
     unseeded: bool = typer.Option(False, "--unseeded", help="Sample without seeds (the server's own generator)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="The weights' dtype in the server started here, e.g. "
+                                     "float32 to sample what `rlvr study` and `rlvr train` sample on CPU (default: "
+                                     "vLLM's choice, bf16 on CPU). With --endpoint give it to that `rlvr serve`."),
 ) -> None:
     """Sample N rollouts per prompt and save them with rewards and step segmentation (resumable)."""
     import verifiers as vf
@@ -53,11 +56,17 @@ def collect(
     from rlvr.offline.collect import CollectSettings, summary_rows
     from rlvr.offline.collect import collect as run_collect
     from rlvr.offline.trajectories import SEGMENTATIONS, TrajectoryError
+    from rlvr.serve.launch import VLLM_DTYPES
 
     if split not in ("train", "eval"):
         raise fail(f"--split must be 'train' or 'eval', got {split!r}")
     if rollouts_per_example < 1 or prompts_per_request < 1:
         raise fail("--rollouts-per-example and --prompts-per-request must be >= 1")
+    if dtype is not None and dtype not in VLLM_DTYPES:
+        raise fail(f"--dtype must be one of {', '.join(VLLM_DTYPES)}, got {dtype!r}")
+    if dtype is not None and url is not None:
+        raise fail(f"--dtype {dtype} with --endpoint: the server at {url} already holds its weights in its own "
+                   f"dtype; start it with `rlvr serve --model {model} --dtype {dtype}` and drop --dtype here")
     args = parse_env_args(env_args)
     vf_env = load_env_or_exit(env, args)
     if segmentation == "auto":
@@ -72,7 +81,7 @@ def collect(
                                rollouts_per_example=rollouts_per_example, temperature=temperature,
                                max_tokens=max_tokens, segmentation=segmentation,
                                prompts_per_request=prompts_per_request, success_threshold=success_threshold,
-                               seed=None if unseeded else seed)
+                               seed=None if unseeded else seed, dtype=dtype)
     out = out or Path("runs") / f"collect-{time.strftime('%Y%m%d-%H%M%S')}"
     dataset = vf_env.get_dataset(num_examples) if split == "train" else vf_env.get_eval_dataset(num_examples)
 
@@ -114,7 +123,7 @@ def rollout_client(model: str, url: str | None, settings, max_concurrent: int) -
     with ExitStack() as stack:
         if url is None:
             console.print(f"starting rlvr serve for {model} (about a minute on CPU)...")
-            url = stack.enter_context(launch(model=model)).url
+            url = stack.enter_context(launch(model=model, dtype=settings.dtype)).url
         tokenizer = AutoTokenizer.from_pretrained(models.resolve(model))
         try:
             client = RolloutClient(url, model, tokenizer, sampling_args=settings.sampling_args(),

@@ -50,10 +50,13 @@ class CollectSettings:
     prompts_per_request: int = 4  # prompts generated together (their groups are appended when they finish)
     success_threshold: float = 1.0  # a trajectory with reward >= this counts as a success in the summary
     seed: int | None = 0  # sampling seed (rlvr.seeding, stream "collect"); None: unseeded
+    # the weights' dtype in the server the collection starts; None: vLLM's choice (bf16 for a float32 checkpoint on
+    # CPU) or, with --endpoint, whatever that server holds
+    dtype: str | None = None
 
     # what must match when a collection resumes (num_examples may grow; chunking and the summary do not matter)
     STREAM = ("env", "model", "env_args", "split", "rollouts_per_example", "temperature", "max_tokens",
-              "segmentation", "seed")
+              "segmentation", "seed", "dtype")
 
     def command(self, out_dir: str | Path) -> str:
         """The `rlvr collect` command line that makes this collection (for reports: how a dataset was made)."""
@@ -65,6 +68,7 @@ class CollectSettings:
                          "--temperature", str(self.temperature), "--max-tokens", str(self.max_tokens),
                          "--segmentation", self.segmentation,
                          *(["--unseeded"] if self.seed is None else ["--seed", str(self.seed)]),
+                         *(["--dtype", self.dtype] if self.dtype else []),
                          "-o", shlex.quote(str(out_dir))])
 
     def sampling_args(self) -> dict[str, Any]:
