@@ -4,6 +4,7 @@ another configuration is named, recorded units are not pending, what is left is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -100,9 +101,14 @@ def test_a_record_of_another_configuration_is_named_not_mixed(tmp_path):
     assert "another --results directory" in str(err.value)
 
     budget = settings_of(study, results, training={**settings.training, "max_steps": 5})
-    with pytest.raises(StudyError, match=r"3 committed record\(s\)") as err:
+    with pytest.raises(StudyError, match=r"2 committed record\(s\)") as err:
         records.check_records(budget, results)
-    assert str(err.value).count("study.training.max_steps: 4 -> 5") == 3
+    assert str(err.value).count("study.training.max_steps: 4 -> 5") == 2  # the cells: the base did not train
+    assert "base/seed-0" not in str(err.value)
+    evaluation = settings_of(study, results, evaluation={**settings.to_dict()["evaluation"], "rollouts": 4})
+    with pytest.raises(StudyError, match=r"3 committed record\(s\)") as err:
+        records.check_records(evaluation, results)
+    assert str(err.value).count("study.evaluation.rollouts: 2 -> 4") == 3
 
     # an algorithm this command does not run: only its budget is compared (its options are its record's own)
     records.check_records(settings_of(study, results, algos=["grpo"], algo_options={}), results)
@@ -191,3 +197,42 @@ def test_new_units_start_from_the_weights_the_committed_units_started_from(tmp_p
     assert records.check_starting_weights(results, "HuggingFaceTB/SmolLM2-135M", None).startswith(
         "starting weights not checked: HuggingFaceTB/SmolLM2-135M is no local safetensors checkpoint")
     assert records.check_starting_weights(tmp_path / "none", "sft/final", "b" * 64) is None
+
+
+def test_a_study_of_another_training_budget_takes_the_base_evaluations_of_the_same_model(tmp_path):
+    """--bases-from: base records of the same model and evaluation are copied with their provenance and count as
+    done; another evaluation or other starting weights are refused, naming what differs."""
+    study = make_study(tmp_path / "study", seeds=(0, 1))
+    for seed in (0, 1):
+        done = StudyLayout(study).done(study / f"base/seed-{seed}")
+        done.write_text(json.dumps({**json.loads(done.read_text()), "model_sha256": "a" * 64, "command": "first"}))
+    first = tmp_path / "first"
+    export(study, first, ["base/seed-0", "base/seed-1", "cells/grpo/seed-0"])
+    second = tmp_path / "second"  # the same grid, trained with dynamic sampling
+    settings = settings_of(study, second, training={"max_steps": 4, "batch_size": 16, "temperature": 0.7,
+                                                    "max_tokens_per_turn": 32, "filter_groups": True})
+    assert records.take_bases(settings, first, [0, 1], "a" * 64, write=False) == ["base/seed-0", "base/seed-1"]
+    assert not second.exists()
+    assert records.take_bases(settings, first, [1, 2], "a" * 64) == ["base/seed-1"]  # first has no seed 2
+    copied = json.loads((second / "base/seed-1.json").read_text())
+    assert copied["taken_from"] == str(first) and copied["provenance"]["command"] == "first"
+    assert copied["after"] == json.loads((first / "base/seed-1.json").read_text())["after"]
+    records.check_records(settings, second)  # a base record holds for another training budget
+    assert runner.pending(settings, StudyLayout(tmp_path / "fresh"))[0] == [0]
+    assert list(records.read_records(second)[0]) == [1]
+    assert records.take_bases(settings, first, [0, 1], "a" * 64) == ["base/seed-0"]  # seed 1 is there already
+
+    other_eval = settings_of(study, tmp_path / "third",  # the evaluation samples at the training temperature
+                             training={**settings.training, "temperature": 1.0})
+    with pytest.raises(StudyError, match=r"(?s)--bases-from .*first: 2 base record\(s\) there evaluated something else"
+                                         r".*\n      study.evaluation.temperature: 0.7 -> 1.0") as err:
+        records.take_bases(other_eval, first, [0, 1], "a" * 64)
+    assert "leave out --bases-from" in str(err.value) and not (tmp_path / "third").exists()
+    with pytest.raises(StudyError, match=r"seed-0.json: starting weights sha256 aaaaaaaaaaaaaaaa\.\.\., this "
+                                         r"study's bbbbbbbbbbbbbbbb\.\.\. \(smollm2-135m\)"):
+        records.take_bases(settings_of(study, tmp_path / "fourth"), first, [0], "b" * 64)
+
+    with pytest.raises(StudyError, match=r"copies base records into this study's results directory: give --results"):
+        runner.take_bases(dataclasses.replace(settings, results=None), first)
+    with pytest.raises(StudyError, match=r"--bases-from .*study: no study results there \(no .*results.json\)"):
+        runner.take_bases(settings, study)

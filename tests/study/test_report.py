@@ -142,6 +142,32 @@ def test_a_statistic_only_the_newer_units_have(tmp_path):
     assert data["paired"]["mt_grpo"]["repeated_turns"]["n"] == 0  # grpo has none to pair with
 
 
+def test_how_each_training_batch_was_made_is_tabled_per_step(tmp_path):
+    """batch/* and timing/* scalars of the training log reach the cell's record (batch_curves) and the report's
+    'Training batches' table, one value per step; cells without them (older records) are left out of it."""
+    from rlvr.study.records import cell_from_json, cell_to_json
+    from rlvr.study.units import read_cell
+
+    make_study(tmp_path, seeds=(0,))
+    layout = StudyLayout(tmp_path)
+    assert "## Training batches" not in write_report(tmp_path).read_text()  # no cell was trained with these
+    path = layout.train(layout.cell("mt_grpo", 0)) / "metrics.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for k, line in enumerate(lines[:4]):
+        line |= {"batch/skipped_zero_advantage_fraction": [0.0, 0.5, 1.0, 0.25][k],
+                 "batch/generation_rounds": [1, 3, 4, 1][k], "batch/dropped_groups": [0, 2, 5, 0][k],
+                 "timing/training_s": 30.0, "batch/flag": True}
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cell = read_cell(layout, "mt_grpo", 0)
+    assert cell.batch_curves["batch/generation_rounds"] == {1: 1.0, 2: 3.0, 3: 4.0, 4: 1.0}
+    assert "batch/flag" not in cell.batch_curves and "batch/generation_rounds" not in cell.curves
+    assert cell_from_json(json.loads(json.dumps(cell_to_json(cell)))) == cell  # as a committed record reads back
+    report = write_report(tmp_path).read_text()
+    section = report.split("## Training batches")[1].split("##")[0]
+    assert table_row(section, "mt_grpo") == ["mt_grpo", "0", "0 0.5 1 0.25", "1 3 4 1", "0 2 5 0", "0.2", "2.0"]
+    assert table_row(section, "grpo") == ["grpo", "0", "n/a", "n/a", "n/a", "0.2", "0.0"]  # timing/ only
+
+
 def test_analyze_renders_a_study_directory(tmp_path):
     make_study(tmp_path)
     result = CliRunner().invoke(app, ["analyze", str(tmp_path)])

@@ -152,6 +152,11 @@ def test_a_study_over_two_machines_resumes_an_interrupted_cell_and_reports(tiny_
     out = tmp_path / "b"
     dry = rlvr(*study, "--out", out, "--dry-run")
     assert dry.count("done (committed record)") == 2 and "2 cells to run" in dry
+    # a study that trains otherwise (another learning rate) would take these base evaluations, not run them again
+    other = rlvr("study", "--config", config, "--results", tmp_path / "other", "--out", tmp_path / "o",
+                 "--set", "learning_rate=2e-3", "--bases-from", results, "--dry-run")
+    assert "".join(f"would take base/seed-0, base/seed-1 from {results}".split()) in "".join(other.split())
+    assert not (tmp_path / "other").exists()
     # committed units that started from other weights (here a record says so): named, refused before anything runs
     tampered = results / "base" / "seed-1.json"
     original = tampered.read_bytes()
@@ -204,7 +209,8 @@ def test_a_study_over_two_machines_resumes_an_interrupted_cell_and_reports(tiny_
     # another configuration with the same records: named, before any server starts (this one would start its own)
     result = CliRunner().invoke(app, [str(a) for a in (*study, "--out", tmp_path / "c", "--set", "learning_rate=2e-3")])
     assert result.exit_code != 0 and not (tmp_path / "c" / "server.log").exists()
-    assert "6 committed record(s)" in result.output and "training.learning_rate: 0.001 -> 0.002" in result.output
+    assert "4 committed record(s)" in result.output  # the cells: the bases did not train
+    assert "training.learning_rate: 0.001 -> 0.002" in result.output
 
     # 3. A cell killed after step 1's checkpoint: no marker, no record, no evaluation, no final weights, no
     # checkpoint-2. The next invocation also asks for replicates = 2 on that cell only: it resumes the cell, then

@@ -212,11 +212,15 @@ def study(
         "from those the committed records' units started from (another CPU rebuilt them a little differently): "
         "recorded, and the report names both starting points. `rlvr pipeline --accept-weights STAGE` sets it for "
         "the stages after STAGE."),
+    bases_from: Path | None = typer.Option(
+        None, "--bases-from", help="Another study's results directory: take its base evaluations of the same model "
+        "and evaluation (their training may differ) instead of running them again; copied into --results with "
+        "their provenance."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan and each cell's state; run nothing."),
 ) -> None:
     """Compare algorithms over seeds under one budget: train every (algorithm, seed) cell, evaluate before and
     after on one held-out set, write report.md (paired differences, curves, collapse, wall time)."""
-    from rlvr.study.runner import check_selection, check_study
+    from rlvr.study.runner import check_selection, check_study, take_bases
     from rlvr.study.settings import StudyError
 
     settings = resolve_settings(config, env, model, algos, seeds, steps, overrides, env_args, eval_examples,
@@ -225,10 +229,13 @@ def study(
     try:
         check_study(settings, out)
         check_selection(settings, only)
+        shared = take_bases(settings, bases_from, only, write=False) if bases_from else []
     except StudyError as err:
         raise fail(str(err)) from err
     show_plan(settings, out)
     if dry_run:
+        if shared:
+            console.print(f"--bases-from: would take {', '.join(shared)} from {bases_from}")
         return
     from rlvr.evaluation import ServerLost
     from rlvr.serve import ServeLaunchError
@@ -237,7 +244,7 @@ def study(
 
     try:
         report = run_study(settings, out, command=shlex.join(["rlvr", *sys.argv[1:]]), only=only, server_url=server,
-                           accept_weights=accept_weights)
+                           accept_weights=accept_weights, bases_from=bases_from)
     except (StudyError, ServerError, ServerLost, ResumeError, ServeLaunchError) as err:
         raise fail(f"{err}\n  finished cells are kept: the same command resumes the study") from err
     console.print(Markdown(report.read_text()))

@@ -10,13 +10,14 @@ With `results = "DIR"` (TOML) or `--results DIR`, every base evaluation and cell
     DIR/report.md, summary.json, plots/     the report over every record (`rlvr analyze DIR` redraws it)
 
 A record holds what the report reads of the unit (held-out summaries and per-example means, the held-out learning
-curve's points, training curves, steps, tokens, wall times), its definition (the study's budget and, for a cell, its
+curve's points, training curves and each step's batch statistics, steps, tokens, wall times), its definition (the study's budget and, for a cell, its
 recipe, training options and dataset) with the definition's sha256, and its provenance (git commit, machine,
 command, peak memory, the starting weights' sha256): no weights, datasets or rollouts. A unit with a record is done.
 The starting weights of new units are checked against those the committed units started from (their sha256): a
 study never mixes units from two starting points silently (`check_starting_weights`; `--accept-weights` to go on).
 A record whose definition differs from what the current command would run is refused with the differing keys named:
-cells of two budgets are never mixed.
+cells of two budgets are never mixed. A base evaluation's record is compared on what it depends on
+(`base_definition`: not the training), so a study that trains otherwise may take another's (`take_bases`).
 Records of one unit never collide across machines that run disjoint cells (`rlvr study --cells`), so merging their
 commits gives every record, and `rlvr analyze DIR` the report of all of them.
 """
@@ -116,17 +117,37 @@ def record_files(results: Path) -> list[Path]:
                    *results.glob("cells/*/seed-*/replicate-*.json")])
 
 
+# A base evaluation depends on the model, the environment and the evaluation, not on how the cells train: its
+# record holds for any study that differs from its own only here (`take_bases`, `rlvr study --bases-from`).
+TRAINING_ONLY = ("training", "train_env_args")
+
+
+def base_definition(found: dict[str, Any]) -> dict[str, Any]:
+    """Of a unit's definition, what a base evaluation's result depends on: the study's budget without its
+    training, with the evaluation's sampling resolved (where [evaluation] leaves it None, the training's:
+    `StudySettings.sampling`)."""
+    study = found["study"]
+    training, evaluation = study.get("training", {}), dict(study["evaluation"])
+    if evaluation.get("temperature") is None:
+        evaluation["temperature"] = training.get("temperature", 1.0)
+    if evaluation.get("max_tokens") is None:
+        evaluation["max_tokens"] = training.get("max_tokens_per_turn", 256)
+    return {"study": {**{k: v for k, v in study.items() if k not in TRAINING_ONLY}, "evaluation": evaluation}}
+
+
 def check_records(settings: StudySettings, results: Path) -> None:
-    """Every record in `results` was made with what this command would run: the same budget, and for a cell of an
-    algorithm of this grid the same recipe and options (one of another algorithm: the same budget). Raises
-    StudyError naming each record that differs and how."""
+    """Every record in `results` was made with what this command would run: for a base evaluation the same
+    evaluation (`base_definition`), for a cell the same budget and, for an algorithm of this grid, the same recipe
+    and options. Raises StudyError naming each record that differs and how."""
     mismatched = []
     for path in record_files(results):
         record = read_record(path)
         algo = record.get("algo")
         stored = record["definition"]
         current = definition(settings, algo if algo in settings.algos else None)
-        if algo not in settings.algos:
+        if algo is None:
+            stored, current = base_definition(stored), base_definition(current)
+        elif algo not in settings.algos:
             stored = {"study": stored["study"]}
         if digest(stored) != digest(current):
             mismatched.append(f"{path}:\n      " + "\n      ".join(changed(stored, current)))
@@ -180,6 +201,41 @@ def check_starting_weights(results: Path, model: str, sha: str | None, accept: b
         "directory")
 
 
+def take_bases(settings: StudySettings, source: Path, seeds: list[int], sha: str | None,
+               write: bool = True) -> list[str]:
+    """Copy into `settings.results` the base records of `seeds` that another study's results directory `source`
+    holds and this study would compute alike: the same evaluation (`base_definition`) of the same starting weights
+    (`sha`, the model's sha256). Each copy keeps its provenance (the command, commit and machine that made it) and
+    names its source (`taken_from`). Returns the keys taken (with write=False, those it would take); a seed `source`
+    has no base for is left to run. Raises StudyError naming a record that was made otherwise."""
+    results = Path(settings.results)
+    current = base_definition(definition(settings, None))
+    taken, refused = [], []
+    for seed in seeds:
+        key = f"base/seed-{seed}"
+        path = record_path(Path(source), key)
+        if record_path(results, key).is_file() or not path.is_file():
+            continue
+        record = read_record(path)
+        stored = base_definition(record["definition"])
+        their_sha = record.get("provenance", {}).get("model_sha256")
+        if digest(stored) != digest(current):
+            refused.append(f"{path}:\n      " + "\n      ".join(changed(stored, current)))
+        elif sha is None or their_sha != sha:
+            refused.append(f"{path}: starting weights sha256 {str(their_sha)[:16]}..., this study's "
+                           f"{str(sha)[:16]}... ({settings.model})")
+        else:
+            taken.append(key)
+            if write:
+                atomic_write_json(record_path(results, key), {**record, "taken_from": str(source)})
+    if refused:
+        raise StudyError(
+            f"--bases-from {source}: {len(refused)} base record(s) there evaluated something else than this study "
+            "would:\n  " + "\n  ".join(refused) + "\n  fix: give a results directory of a study with the same "
+            "model, environment and evaluation, or leave out --bases-from to evaluate the base model here")
+    return taken
+
+
 def cell_to_json(record) -> dict[str, Any]:
     return dataclasses.asdict(record)
 
@@ -194,6 +250,8 @@ def cell_from_json(data: dict[str, Any]):
     return CellRecord(**{
         **data, "after": _stats(data["after"]), "sets": {n: _stats(s) for n, s in data.get("sets", {}).items()},
         "curves": {k: {int(step): v for step, v in steps.items()} for k, steps in data["curves"].items()},
+        "batch_curves": {k: {int(step): v for step, v in steps.items()}
+                         for k, steps in data.get("batch_curves", {}).items()},
         "reward_std": {int(step): v for step, v in data["reward_std"].items()},
         "heldout_curve": {int(step): _stats(s) for step, s in data.get("heldout_curve", {}).items()},
     })

@@ -375,6 +375,7 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
     total = sum(c.wall_s.get("total", 0.0) for c in data.cells) + sum(data.base_wall_s.values())
     lines += ["", f"Base evaluations: {', '.join(f'seed {k}: {_minutes(v)} min' for k, v in data.base_wall_s.items())}"
               f". Sum over finished units: {_minutes(total)} min (server start-up not included)."]
+    lines += render_batches(data, algos)
     lines += ["", *render_provenance(data)]
     lines += ["", *render_rerun_spread(data, headline)]
     lines += ["", "**Collapse.** A cell's training collapsed when, in each of its last "
@@ -384,6 +385,35 @@ def render_markdown(data: StudyData, plots: Sequence[Path], root: Path) -> str:
               "constant': every held-out rollout after training got the same reward."]
     lines += ["", "## Plots", "", *(f"![{p.stem}]({p.relative_to(root)})" for p in plots), ""]
     return "\n".join(lines)
+
+
+# The trainer's batch statistics the report shows per step (CellRecord.batch_curves), with their column titles.
+BATCH_COLUMNS = {"batch/skipped_zero_advantage_fraction": "zero-advantage fraction",
+                 "batch/generation_rounds": "generation rounds", "batch/dropped_groups": "dropped groups"}
+
+
+def render_batches(data: StudyData, algos: Sequence[str]) -> list[str]:
+    """Per cell and step, how its training batch was made: the share of samples with zero advantage (no backward
+    pass), and with dynamic sampling the generation rounds and the groups without reward spread dropped; then the
+    minutes generating and training. Cells recorded before batch statistics were kept are left out."""
+    cells = sorted((c for c in data.cells if c.batch_curves), key=lambda c: (algos.index(c.algo), c.seed))
+    shown = [k for k in BATCH_COLUMNS if any(k in c.batch_curves for c in cells)]
+    if not cells or not shown:
+        return []
+
+    def per_step(values: dict[int, float] | None) -> str:
+        return " ".join(f"{values[k]:.2g}" for k in sorted(values)) if values else "n/a"
+
+    rows = [[c.algo, c.seed, *(per_step(c.batch_curves.get(k)) for k in shown),
+             _minutes(sum(c.batch_curves.get("timing/generation_s", {}).values())),
+             _minutes(sum(c.batch_curves.get("timing/training_s", {}).values()))] for c in cells]
+    return ["", "## Training batches", "",
+            "How each step's training batch was made (one value per step): the fraction of its samples with zero "
+            "advantage (they cost no backward pass; all of them: the step learns nothing), and with dynamic sampling "
+            "(`filter_groups`) the generation rounds it took and the groups without reward spread it dropped; then "
+            "the minutes spent generating and training over all steps.", "",
+            markdown_table(["algo", "seed", *(BATCH_COLUMNS[k] for k in shown), "generation min", "training min"],
+                           rows)]
 
 
 def fmt_machine(machine: dict[str, Any] | None) -> str:

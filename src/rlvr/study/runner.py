@@ -444,6 +444,20 @@ def pending(settings: StudySettings, layout: StudyLayout,
     return bases, cells
 
 
+def take_bases(settings: StudySettings, source: Path, only: Collection[str] | None = None,
+               write: bool = True) -> list[str]:
+    """The base evaluations of this invocation's seeds (those `only` selects) that `records.take_bases` copies
+    from `source`, another study's results directory."""
+    if not settings.results:
+        raise StudyError(f"--bases-from {source} copies base records into this study's results directory: give "
+                         "--results DIR (or results = \"DIR\" in the TOML)")
+    if not records.is_results(Path(source)):
+        raise StudyError(f"--bases-from {source}: no study results there (no {Path(source) / 'results.json'}); "
+                         "give the --results directory of a study with the same model and evaluation")
+    seeds = [s for s in settings.seeds if only is None or f"base/seed-{s}" in only]
+    return records.take_bases(settings, Path(source), seeds, model_sha256(settings.model), write=write)
+
+
 def model_sha256(model: str) -> str | None:
     """The sha256 of the starting weights (rlvr.weights), recorded with every unit; None for a model that is
     no local safetensors checkpoint (a hub id)."""
@@ -458,7 +472,7 @@ def model_sha256(model: str) -> str | None:
 
 def run_study(settings: StudySettings, out: Path, *, command: str | None = None, env=None,
               server_timeout: float = 900, only: Collection[str] | None = None,
-              server_url: str | None = None, accept_weights: bool = False) -> Path:
+              server_url: str | None = None, accept_weights: bool = False, bases_from: Path | None = None) -> Path:
     """Run the study's missing units into `out` and write its report; returns report.md. A cell that raises is
     recorded (failed.json) and the others run; the report lists it, then StudyError names the failed cells.
 
@@ -468,6 +482,8 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
     server_url: a running `rlvr serve` of the study's model to use; None starts one.
     accept_weights: run although the starting weights differ from those the committed records started from
     (`records.check_starting_weights`; otherwise StudyError).
+    bases_from: another study's results directory whose base evaluations of the same model and evaluation this
+    study takes instead of running them again (`records.take_bases`; needs `settings.results`).
     """
     from rlvr.study.report import write_report
     from rlvr.trainer.rollout_client import ServerError
@@ -475,6 +491,10 @@ def run_study(settings: StudySettings, out: Path, *, command: str | None = None,
     layout = StudyLayout(Path(out))
     check_study(settings, layout.root)
     check_selection(settings, only)
+    if bases_from is not None:
+        taken = take_bases(settings, bases_from, only)
+        if taken:
+            console.print(f"taken from {bases_from} (the same model and evaluation): {', '.join(taken)}")
     bases, cells = pending(settings, layout, only)
     failed: list[str] = []
     check_offline_datasets(settings, [algo for algo, _, _ in cells])

@@ -48,6 +48,13 @@ class CellRecord:
     # [evaluation] at_steps: step -> held-out evaluation (main set) of the weights after that step
     heldout_curve: dict[int, dict[str, Stat]] = field(default_factory=dict)
     groups: dict[str, ExampleGroups] = field(default_factory=dict)  # evaluation -> [report] split_by per example
+    # how each step's training batch was made and what it cost: the trainer's batch/* and timing/* scalars (e.g.
+    # batch/generation_rounds, batch/dropped_groups, batch/skipped_zero_advantage_fraction, timing/training_s)
+    batch_curves: dict[str, dict[int, float]] = field(default_factory=dict)
+
+
+def is_batch_statistic(name: str) -> bool:
+    return name.startswith(("batch/", "timing/"))
 
 
 @dataclass(frozen=True)
@@ -102,17 +109,22 @@ def read_cell(layout: StudyLayout, algo: str, seed: int, replicate: int = 0, set
     done = json.loads(layout.done(unit).read_text())
     steps = [r for r in read_jsonl(layout.train(unit) / "metrics.jsonl") if "loss" in r]
     curves: dict[str, dict[int, float]] = {}
+    batch_curves: dict[str, dict[int, float]] = {}
     for record in steps:
         for key, value in record.items():
-            if is_rollout_statistic(key) and isinstance(value, int | float) and not isinstance(value, bool):
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            if is_rollout_statistic(key):
                 curves.setdefault(key, {})[int(record["step"])] = float(value)
+            elif is_batch_statistic(key):
+                batch_curves.setdefault(key, {})[int(record["step"])] = float(value)
     return CellRecord(
         algo=algo, seed=seed, after=read_summary(layout.eval(unit)), curves=curves, steps=len(steps),
         reward_std={int(r["step"]): float(r["reward/std"]) for r in steps if "reward/std" in r},
         tokens_generated=sum(float(r.get("tokens/generated", 0.0)) for r in steps),
         wall_s=done["wall_s"], resumed_from=done.get("resumed_from"), replicate=replicate,
         sets=read_sets(layout, unit, sets), examples=examples, provenance=provenance_of(done),
-        heldout_curve=read_heldout_curve(layout, unit), groups=groups,
+        heldout_curve=read_heldout_curve(layout, unit), groups=groups, batch_curves=batch_curves,
     )
 
 
