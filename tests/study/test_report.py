@@ -166,6 +166,12 @@ def test_how_each_training_batch_was_made_is_tabled_per_step(tmp_path):
     section = report.split("## Training batches")[1].split("##")[0]
     assert table_row(section, "mt_grpo") == ["mt_grpo", "0", "0 0.5 1 0.25", "1 3 4 1", "0 2 5 0", "0.2", "2.0"]
     assert table_row(section, "grpo") == ["grpo", "0", "n/a", "n/a", "n/a", "0.2", "0.0"]  # timing/ only
+    assert "Not listed" not in section
+    grpo = layout.train(layout.cell("grpo", 0)) / "metrics.jsonl"  # as recorded before: no batch statistics
+    grpo.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if not k.startswith("timing/")})
+                            + "\n" for line in grpo.read_text().splitlines()))
+    section = write_report(tmp_path).read_text().split("## Training batches")[1].split("##")[0]
+    assert "| grpo |" not in section and "Not listed: 1 cell(s) whose records were made before" in section
 
 
 def test_analyze_renders_a_study_directory(tmp_path):

@@ -407,13 +407,15 @@ def render_batches(data: StudyData, algos: Sequence[str]) -> list[str]:
     rows = [[c.algo, c.seed, *(per_step(c.batch_curves.get(k)) for k in shown),
              _minutes(sum(c.batch_curves.get("timing/generation_s", {}).values())),
              _minutes(sum(c.batch_curves.get("timing/training_s", {}).values()))] for c in cells]
+    missing = len(data.cells) - len(cells)
+    note = ["", f"Not listed: {missing} cell(s) whose records were made before batch statistics were kept."]
     return ["", "## Training batches", "",
             "How each step's training batch was made (one value per step): the fraction of its samples with zero "
             "advantage (they cost no backward pass; all of them: the step learns nothing), and with dynamic sampling "
             "(`filter_groups`) the generation rounds it took and the groups without reward spread it dropped; then "
             "the minutes spent generating and training over all steps.", "",
             markdown_table(["algo", "seed", *(BATCH_COLUMNS[k] for k in shown), "generation min", "training min"],
-                           rows)]
+                           rows), *(note if missing else [])]
 
 
 def fmt_machine(machine: dict[str, Any] | None) -> str:
