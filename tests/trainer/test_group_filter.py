@@ -7,15 +7,17 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from train_script import config
+from train_script import config, ppo_config
 
-from rlvr.rollouts import Rollout
+from rlvr.rollouts import Rollout, Turn, assign_advantages
 from rlvr.trainer.config import ConfigError
 from rlvr.trainer.group_filter import (
     ROUND_STRIDE,
+    advantage_spread,
     batch_with_spread,
     extra_prompt_positions,
     groups_with_spread,
+    outcome_spread,
     round_seed_batch,
 )
 from rlvr.trainer.rollout_client import GeneratedBatch
@@ -107,3 +109,41 @@ def test_later_rounds_seed_like_no_batch_of_the_run():
 def test_max_generation_rounds_is_checked(tmp_path):
     with pytest.raises(ConfigError, match="max_generation_rounds=0 must be >= 1"):
         config(str(tmp_path), 1, filter_groups=True, max_generation_rounds=0)
+
+
+def two_turns(example_id: int, outcome: float, first_turn_reward: float) -> Rollout:
+    """A rollout whose first turn got a tool result and the turn reward `first_turn_reward` (MT-GRPO's split)."""
+    turns = tuple(Turn(reward=r, reward_parts={}, tool_result=k == 0, state_key=None, tokens=None)
+                  for k, r in enumerate((first_turn_reward, 0.0)))
+    return Rollout(example_id=example_id, task="t", prompt=[], completion=[], answer="", outcome=outcome, metrics={},
+                   turns=turns)
+
+
+def test_by_advantage_a_turn_level_estimator_keeps_the_groups_its_turn_rewards_separate():
+    """Both rollouts won, one searched well: no outcome spread (DAPO drops it, and GRPO-OR has nothing to learn),
+    but MT-GRPO-K's first-turn advantages differ, so filter_groups_by = "advantage" keeps it for MT-GRPO-K only."""
+    same_outcome = [two_turns(1, 1.0, 1.0), two_turns(1, 1.0, 0.0)]
+    assert not outcome_spread(same_outcome)
+    assert advantage_spread(assign_advantages(same_outcome, "mt_grpo_k", {}))
+    assert not advantage_spread(assign_advantages(same_outcome, "grpo", {}))
+    uniform = [two_turns(2, 0.0, 0.0), two_turns(2, 0.0, 0.0)]
+    assert not advantage_spread(assign_advantages(uniform, "mt_grpo_k", {}))
+    by_mt_grpo_k = lambda g: advantage_spread(assign_advantages(g, "mt_grpo_k", {}))  # noqa: E731
+    kept, dropped = groups_with_spread(same_outcome + uniform, by_mt_grpo_k)
+    assert [g[0].example_id for g in kept] == [1] and dropped == 1
+    filled = batch_with_spread(GeneratedBatch(uniform, 1.0, 0.1), lambda r, used: GeneratedBatch(same_outcome, 1.0, 0.1),
+                               groups=1, max_rounds=2, has_spread=by_mt_grpo_k)
+    assert filled.rollouts == same_outcome and (filled.generation_rounds, filled.dropped_groups) == (2, 1)
+
+
+@given(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=2, max_size=8))
+def test_for_grpo_or_the_advantage_filter_is_the_outcome_filter(outcomes):
+    group = [two_turns(0, o, 0.0) for o in outcomes]
+    assert advantage_spread(assign_advantages(group, "grpo", {})) == outcome_spread(group)
+
+
+def test_filter_groups_by_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match="filter_groups_by='turn' must be 'outcome'"):
+        config(str(tmp_path), 1, filter_groups=True, filter_groups_by="turn")
+    with pytest.raises(ConfigError, match="PPO's come from its critic at training time: use filter_groups_by='outcome'"):
+        ppo_config(str(tmp_path), 1, filter_groups=True, filter_groups_by="advantage")

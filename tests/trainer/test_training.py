@@ -202,6 +202,7 @@ def test_filter_groups_fills_a_batch_with_groups_whose_outcomes_differ(training_
     the batch's own prompts come first, and the same batch index rolls out the same batch again (a resumed run)."""
     from rlvr.rollouts import group_by_example
     from rlvr.trainer import MTGRPOTrainer
+    from rlvr.trainer.group_filter import advantage_spread
 
     env = load_environment(num_examples=32)
     cfg = config(str(tmp_path), 1, batch_size=8, rollouts_per_example=2, micro_batch_size=2, filter_groups=True,
@@ -213,6 +214,7 @@ def test_filter_groups_fills_a_batch_with_groups_whose_outcomes_differ(training_
     assert len(groups) == trainer.prompts_per_batch == 4
     assert all(len(g) == 2 and len({r.outcome for r in g}) == 2 for g in groups)
     assert generated.generation_rounds >= 2 and generated.dropped_groups >= 1
+    outcome_dropped = generated.dropped_groups
     own = trainer.rollouts.generate(env, trainer.batch_example_rows(0), 2, batch=0)
     with_spread = [g[0].example_id for g in group_by_example(own.rollouts) if len({r.outcome for r in g}) == 2]
     assert [g[0].example_id for g in groups][:len(with_spread)] == with_spread
@@ -223,4 +225,16 @@ def test_filter_groups_fills_a_batch_with_groups_whose_outcomes_differ(training_
     assert metrics["batch/generation_rounds"] == generated.generation_rounds
     assert metrics["batch/dropped_groups"] == generated.dropped_groups
     assert metrics["batch/skipped_zero_advantage_fraction"] == 0.0  # every rollout carries an outcome advantage
+    trainer.close()
+
+    # by advantage: MT-GRPO's credit keeps groups whose rollouts lost alike but chose differently (turn rewards)
+    cfg = config(str(tmp_path / "by_advantage"), 1, batch_size=8, rollouts_per_example=2, micro_batch_size=2,
+                 filter_groups=True, filter_groups_by="advantage", max_generation_rounds=6)
+    trainer = MTGRPOTrainer("tiny-random", env, cfg, server_url=training_server.url)
+    generated = trainer.generate_batch(0)
+    groups = group_by_example(generated.rollouts)
+    assert len(groups) == 4 and all(advantage_spread(trainer.assign_credit(g)) for g in groups)
+    kept_for_turns = [g for g in groups if len({r.outcome for r in g}) == 1]
+    assert kept_for_turns and all(len({r.turn_rewards[0] for r in g}) == 2 for g in kept_for_turns)
+    assert generated.dropped_groups < outcome_dropped  # fewer groups are dropped than by the outcome
     trainer.close()

@@ -84,6 +84,13 @@ class OnPolicyConfig(RLConfig):
                   "max_generation_rounds rounds (rlvr.trainer.group_filter). A batch that finds none trains as "
                   "generated (its zero-advantage samples are skipped)."},
     )
+    filter_groups_by: str = field(
+        default="outcome",
+        metadata={"help": "filter_groups: what a kept group's rollouts must differ in. 'outcome' (DAPO): their "
+                  "outcomes; 'advantage': the recipe's credit gives some turn a non-zero advantage, so a turn-level "
+                  "estimator keeps the groups whose spread is in their turn rewards (group-credit recipes only: "
+                  "PPO's advantages come from its critic at training time)."},
+    )
     max_generation_rounds: int = field(
         default=4,
         metadata={"help": "filter_groups: rounds of prompts rolled out for one batch at most, the first included "
@@ -202,6 +209,9 @@ class OnPolicyConfig(RLConfig):
                               "down-weight even on-policy tokens")
         if self.num_iterations < 1:
             raise ConfigError(f"num_iterations={self.num_iterations} must be >= 1")
+        if self.filter_groups_by not in ("outcome", "advantage"):
+            raise ConfigError(f"filter_groups_by={self.filter_groups_by!r} must be 'outcome' (DAPO: the rollouts' "
+                              "outcomes differ) or 'advantage' (the recipe's credit is non-zero somewhere)")
         if self.max_generation_rounds < 1:
             raise ConfigError(f"max_generation_rounds={self.max_generation_rounds} must be >= 1 (1: filter_groups "
                               "only drops uniform groups, and rolls out no further prompts)")

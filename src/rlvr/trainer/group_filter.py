@@ -10,8 +10,11 @@ more groups are uniform). DAPO over-samples and keeps only groups with spread un
 prompts as a batch has, chosen by a seeded permutation of the dataset (a pure function of the run's seed, the batch
 and the round, so a resumed run regenerates the same batch) and sampled with seeds of their own (`round_seed_batch`).
 
-The filter reads the rollout's outcome (the rubric's rollout-level reward), as DAPO's does: turn-level estimators
-lose the groups whose only spread is in their turn rewards.
+By default the filter reads the rollout's outcome (the rubric's rollout-level reward), as DAPO's does; then a
+turn-level estimator loses the groups whose only spread is in their turn rewards, which do train it.
+`filter_groups_by = "advantage"` keeps what the recipe's own credit gives a non-zero advantage on some turn (for
+GRPO-OR the same groups), so a comparison of estimators under dynamic sampling drops for each only what it cannot
+learn from (`OnPolicyTrainer.group_has_spread`).
 """
 
 from __future__ import annotations
@@ -33,11 +36,25 @@ def round_seed_batch(batch: int, generation_round: int) -> int:
     return batch + generation_round * ROUND_STRIDE
 
 
-def groups_with_spread(rollouts: Sequence[Rollout]) -> tuple[list[list[Rollout]], int]:
-    """The groups (`group_by_example`, in order) whose rollouts' outcomes are not all equal, and how many groups
-    were dropped."""
+def outcome_spread(group: Sequence[Rollout]) -> bool:
+    """DAPO's criterion: the group's rollouts did not all get the same outcome."""
+    return len({r.outcome for r in group}) > 1
+
+
+def advantage_spread(credited: Sequence[Rollout]) -> bool:
+    """A group after credit assignment (`Rollout.advantages`) has some turn with a non-zero advantage."""
+    return any(a != 0 for r in credited for a in r.advantages or ())
+
+
+HasSpread = Callable[[Sequence[Rollout]], bool]
+
+
+def groups_with_spread(rollouts: Sequence[Rollout],
+                       has_spread: HasSpread = outcome_spread) -> tuple[list[list[Rollout]], int]:
+    """The groups (`group_by_example`, in order) that `has_spread` keeps (by default: whose rollouts' outcomes are
+    not all equal), and how many groups were dropped."""
     groups = group_by_example(rollouts)
-    spread = [g for g in groups if len({r.outcome for r in g}) > 1]
+    spread = [g for g in groups if has_spread(g)]
     return spread, len(groups) - len(spread)
 
 
@@ -61,19 +78,19 @@ def extra_prompt_positions(example_ids: Sequence[int], used: Collection[int], co
 
 
 def batch_with_spread(first: GeneratedBatch, roll_more: Callable[[int, set[int]], GeneratedBatch | None], groups: int,
-                      max_rounds: int) -> GeneratedBatch:
-    """The batch's first `groups` groups with outcome spread: those of `first` (round 0, the batch's own prompts),
+                      max_rounds: int, has_spread: HasSpread = outcome_spread) -> GeneratedBatch:
+    """The batch's first `groups` groups with spread (`has_spread`): those of `first` (round 0, the batch's own prompts),
     then of `roll_more(round, example ids rolled out so far)` for rounds 1, 2, ... until there are `groups` of
     them, `max_rounds` rounds were rolled out, or `roll_more` has no prompt left (None). A batch without any such
     group is `first` as generated (its advantages are all 0: the trainer skips it)."""
-    kept, dropped = groups_with_spread(first.rollouts)
+    kept, dropped = groups_with_spread(first.rollouts, has_spread)
     used = {r.example_id for r in first.rollouts}
     generation_s, scoring_s, rounds = first.generation_s, first.scoring_s, 1
     while len(kept) < groups and rounds < max_rounds:
         more = roll_more(rounds, used)
         if more is None:
             break
-        spread, uniform = groups_with_spread(more.rollouts)
+        spread, uniform = groups_with_spread(more.rollouts, has_spread)
         kept, dropped, rounds = kept + spread, dropped + uniform, rounds + 1
         used |= {r.example_id for r in more.rollouts}
         generation_s, scoring_s = generation_s + more.generation_s, scoring_s + more.scoring_s

@@ -98,6 +98,9 @@ class PPOConfig(OnPolicyConfig):
 
     def _validate(self) -> None:
         super()._validate()
+        if self.filter_groups_by == "advantage":
+            raise ConfigError("filter_groups_by='advantage' reads a group's advantages at generation, but PPO's come "
+                              "from its critic at training time: use filter_groups_by='outcome'")
         if self.gae not in GAE_ESTIMATORS:
             raise ConfigError(f"gae={self.gae!r} is not one of {GAE_ESTIMATORS}")
         if self.returns not in RETURNS:
