@@ -21,7 +21,7 @@ from trl import SFTConfig, SFTTrainer
 
 from rlvr.models import base_reference
 from rlvr.offline.recipe import OfflineOptions, OfflineRecipe, token_dataset
-from rlvr.offline.trajectories import Trajectory, TrajectoryError
+from rlvr.offline.trajectories import Trajectory, successful
 from rlvr.trainer.config import causal_lm_lora
 from rlvr.trainer.policy import load_policy
 
@@ -56,15 +56,6 @@ class SFTRecipeConfig(OfflineOptions, SFTConfig):
     def __post_init__(self):
         self.offline_setup()
         super().__post_init__()
-
-
-def successful(trajectories: list[Trajectory], min_reward: float | None) -> list[Trajectory]:
-    kept = [t for t in trajectories if min_reward is None or t.reward >= min_reward]
-    if not kept:
-        best = max(t.reward for t in trajectories)
-        raise TrajectoryError(f"no trajectory has reward >= {min_reward} (the best has {best}): nothing to imitate. "
-                              "Collect more, or lower min_reward")
-    return kept
 
 
 class SFTRecipe(OfflineRecipe, SFTTrainer):

@@ -213,6 +213,16 @@ def load_trajectories(path: str | Path, segmentation: Segmentation | None = None
     return [from_record(record, where, segmentation) for record, where in raw]
 
 
+def successful(trajectories: list[Trajectory], min_reward: float | None) -> list[Trajectory]:
+    """Those with reward >= min_reward (all of them for None): what SFT and rejection sampling imitate."""
+    kept = [t for t in trajectories if min_reward is None or t.reward >= min_reward]
+    if not kept:
+        best = max(t.reward for t in trajectories)
+        raise TrajectoryError(f"no trajectory has reward >= {min_reward} (the best has {best}): nothing to imitate. "
+                              "Collect more, or lower min_reward")
+    return kept
+
+
 def write_dataset(trajectories: Sequence[Trajectory], out_dir: Path) -> Path:
     """The records as a Hugging Face dataset at `out_dir`, atomically (message lists as JSON strings, as
     `rlvr.evaluation.save_predictions` stores them: their shapes vary between rows)."""

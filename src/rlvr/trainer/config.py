@@ -96,6 +96,23 @@ class OnPolicyConfig(RLConfig):
         metadata={"help": "filter_groups: rounds of prompts rolled out for one batch at most, the first included "
                   "(verl's max_num_gen_batches); each round costs one batch's generation."},
     )
+    sft_replay: str | None = field(
+        default=None,
+        metadata={"help": "A trajectory dataset (the SFT stage's: `rlvr collect` or the pipeline's expert stage) "
+                  "replayed beside the policy gradient: each step adds sft_replay_coef x the mean negative "
+                  "log-likelihood of the assistant tokens of sft_replay_batch of its successful trajectories "
+                  "(InstructGPT's PPO-ptx, arXiv 2203.02155 Eq. 2; rlvr.trainer.replay), so that RL on new goals "
+                  "keeps what SFT taught. None: off."},
+    )
+    sft_replay_coef: float = field(
+        default=1.0,
+        metadata={"help": "sft_replay: the weight of the replay term (gamma in InstructGPT's Eq. 2); 1 weighs a "
+                  "demonstration token like a trained rollout token of advantage 1."},
+    )
+    sft_replay_batch: int = field(
+        default=4, metadata={"help": "sft_replay: demonstrations replayed per optimizer step (per process)."})
+    sft_replay_min_reward: float | None = field(
+        default=1.0, metadata={"help": "sft_replay: replay the trajectories with reward >= this (None: all)."})
     num_iterations: int = field(
         default=1, metadata={"help": "Optimizer steps per generated batch (the MT-GRPO paper uses 2)."}
     )
@@ -212,6 +229,10 @@ class OnPolicyConfig(RLConfig):
         if self.filter_groups_by not in ("outcome", "advantage"):
             raise ConfigError(f"filter_groups_by={self.filter_groups_by!r} must be 'outcome' (DAPO: the rollouts' "
                               "outcomes differ) or 'advantage' (the recipe's credit is non-zero somewhere)")
+        if self.sft_replay is not None and not (self.sft_replay_coef > 0 and self.sft_replay_batch >= 1):
+            raise ConfigError(f"sft_replay={self.sft_replay!r} with sft_replay_coef={self.sft_replay_coef} and "
+                              f"sft_replay_batch={self.sft_replay_batch}: both must be positive (or leave out "
+                              "sft_replay to train without the replay term)")
         if self.max_generation_rounds < 1:
             raise ConfigError(f"max_generation_rounds={self.max_generation_rounds} must be >= 1 (1: filter_groups "
                               "only drops uniform groups, and rolls out no further prompts)")

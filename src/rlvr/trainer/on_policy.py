@@ -73,6 +73,7 @@ from rlvr.trainer.policy import (
     with_lora,
 )
 from rlvr.trainer.producer import RolloutProducer
+from rlvr.trainer.replay import ReplaySet, load_replay, replay_indices, replay_nll
 from rlvr.trainer.rollout_client import (
     GeneratedBatch,
     RolloutClient,
@@ -110,6 +111,14 @@ def accumulation_boundary(accelerator, model, is_last: bool):
             yield
     finally:
         accelerator.gradient_state._set_sync_gradients(True)
+
+
+def padded_tokens(rows: list[list[int]], pad_token_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded token rows and their attention mask. The mask comes from the lengths, not input_ids != pad: the
+    pad token (<|im_end|>) also ends every turn."""
+    lengths = torch.tensor([len(r) for r in rows], device=device)
+    input_ids = pad([torch.tensor(r, device=device) for r in rows], padding_value=pad_token_id)
+    return input_ids, (torch.arange(input_ids.size(1), device=device)[None] < lengths[:, None]).long()
 
 
 def zero_truncated_outcome(rollout: Rollout) -> Rollout:
@@ -188,6 +197,9 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         self.producer: RolloutProducer | None = None  # main process: generates the batches (rlvr.trainer.producer)
         self._proximal: dict[int, torch.Tensor] = {}  # decoupled_clip: micro-batch -> the batch's first logprobs
         self.server_watch = None  # main process: rlvr.trainer.faults.ServerWatch, set by run_training
+        self.replay: ReplaySet | None = None  # sft_replay's demonstrations (rlvr.trainer.replay)
+        if args.sft_replay is not None:
+            self.replay = load_replay(args.sft_replay, tokenizer, args.sft_replay_min_reward, args.max_seq_len)
         if self.accelerator.is_main_process:
             self.rollouts = self.connect(server_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}",
                                          model_name, tokenizer)
@@ -501,7 +513,7 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
             self.write_token_credit()
         # Every rank must agree on skipping: the verdict on the loss is reduced over ranks.
         finite = self.accelerator.gather(torch.isfinite(total_loss).float()[None]).min()
-        self._step_loss_finite = bool(finite.item() == 1.0) and batch.loss_tokens > 0
+        self._step_loss_finite = bool(finite.item() == 1.0) and (batch.loss_tokens > 0 or self.replay is not None)
 
         if self.accelerator.is_main_process:
             step_metrics = {**(batch.metrics if iteration == 0 else {}), **self._pending,
@@ -534,12 +546,12 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         total_loss = torch.zeros((), device=device)
         forwarded = 0
         micro_batches = batch.microbatches[self.accelerator.process_index]
+        replay_stats = {}
+        if self.replay is not None:
+            total_loss, replay_stats = self.replay_gradients(model)
         for index, micro in enumerate(micro_batches):
-            lengths = torch.tensor([len(s) for s in micro], device=device)
-            input_ids = pad([torch.tensor(s.input_ids, device=device) for s in micro],
-                            padding_value=self.processing_class.pad_token_id)
-            # From lengths, not input_ids != pad: the pad token (<|im_end|>) also ends every turn.
-            attention_mask = (torch.arange(input_ids.size(1), device=device)[None] < lengths[:, None]).long()
+            input_ids, attention_mask = padded_tokens([s.input_ids for s in micro],
+                                                      self.processing_class.pad_token_id, device)
             # Position p predicts token p + 1: only positions whose next token is trained need logits.
             trained = pad([torch.tensor(s.loss_mask, device=device) for s in micro])[:, 1:].bool()
             keep = trained.any(0).nonzero().squeeze(-1)
@@ -555,7 +567,7 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
             versions = pad([torch.tensor(s.versions if s.versions is not None else [-1] * len(s), device=device)
                             for s in micro], padding_value=-1)[:, 1:][:, keep]
             staleness = torch.where(versions >= 0, batch.batch_index - versions, -1)
-            forwarded += int(lengths.sum())
+            forwarded += int(attention_mask.sum())
 
             with accumulation_boundary(self.accelerator, model, is_last=index == len(micro_batches) - 1):
                 with self.accelerator.autocast():  # bf16: compute in bf16, the weights stay float32
@@ -611,7 +623,32 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
                     update_stat_tracker(trackers["mismatch_kl"],
                                         summarize_values((torch.exp(log_r) - log_r - 1)[current]))
         stats = {f"train/{k}": finalize_stat_tracker(t, self.accelerator) for k, t in trackers.items()}
-        return total_loss, forwarded, stats
+        return total_loss, forwarded, {**stats, **replay_stats}
+
+    def replay_gradients(self, model) -> tuple[torch.Tensor, dict[str, float]]:
+        """sft_replay's term (rlvr.trainer.replay): sft_replay_coef x the mean NLL of this step's demonstrations,
+        backward before the policy's micro-batches, whose last one ends the step's accumulation (and DDP's sync).
+        The step's logged loss includes it; train/replay_nll is its mean NLL per demonstration token."""
+        args, replay, device = self.args, self.replay, self.accelerator.device
+        rows = replay_indices(len(replay), args.sft_replay_batch, args.seed, self.state.global_step,
+                              self.accelerator.process_index)
+        tokens = sum(sum(replay.action_mask[i][1:]) for i in rows)
+        scale = args.sft_replay_coef / max(tokens, 1)
+        total = torch.zeros((), device=device)
+        start = time.perf_counter()
+        for first in range(0, len(rows), args.micro_batch_size):
+            micro = rows[first:first + args.micro_batch_size]
+            input_ids, attention_mask = padded_tokens([replay.input_ids[i] for i in micro],
+                                                      self.processing_class.pad_token_id, device)
+            action_mask = pad([torch.tensor(replay.action_mask[i], device=device) for i in micro])
+            with accumulation_boundary(self.accelerator, model, is_last=False):
+                with self.accelerator.autocast():
+                    nll, _ = replay_nll(model, input_ids, attention_mask, action_mask, args.logprob_chunk_tokens)
+                    loss = nll * scale
+                self.accelerator.backward(loss)
+            total = total + loss.detach()
+        return total, {"train/replay_nll": total.item() / args.sft_replay_coef, "train/replay_tokens": float(tokens),
+                       "timing/replay_s": time.perf_counter() - start}
 
     # ---------------------------------------------------------------- token_credit.jsonl
     def keep_token_logprobs(self, micro: list[Sample], logprobs: torch.Tensor, keep: torch.Tensor) -> None:
