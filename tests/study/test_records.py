@@ -209,8 +209,10 @@ def test_a_study_of_another_training_budget_takes_the_base_evaluations_of_the_sa
     first = tmp_path / "first"
     export(study, first, ["base/seed-0", "base/seed-1", "cells/grpo/seed-0"])
     second = tmp_path / "second"  # the same grid, trained with dynamic sampling
+    stored = json.loads(StudyLayout(study).manifest.read_text())["settings"]
     settings = settings_of(study, second, training={"max_steps": 4, "batch_size": 16, "temperature": 0.7,
-                                                    "max_tokens_per_turn": 32, "filter_groups": True})
+                                                    "max_tokens_per_turn": 32, "filter_groups": True},
+                           evaluation={**stored["evaluation"], "at_steps": [2]})  # another learning curve
     assert records.take_bases(settings, first, [0, 1], "a" * 64, write=False) == ["base/seed-0", "base/seed-1"]
     assert not second.exists()
     assert records.take_bases(settings, first, [1, 2], "a" * 64) == ["base/seed-1"]  # first has no seed 2

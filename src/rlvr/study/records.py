@@ -120,14 +120,16 @@ def record_files(results: Path) -> list[Path]:
 # A base evaluation depends on the model, the environment and the evaluation, not on how the cells train: its
 # record holds for any study that differs from its own only here (`take_bases`, `rlvr study --bases-from`).
 TRAINING_ONLY = ("training", "train_env_args")
+CELLS_ONLY_EVALUATION = ("at_steps",)  # the cells' learning-curve steps: no base evaluation depends on them
 
 
 def base_definition(found: dict[str, Any]) -> dict[str, Any]:
     """Of a unit's definition, what a base evaluation's result depends on: the study's budget without its
-    training, with the evaluation's sampling resolved (where [evaluation] leaves it None, the training's:
+    training (nor the cells' learning-curve steps), with the evaluation's sampling resolved (where [evaluation] leaves it None, the training's:
     `StudySettings.sampling`)."""
     study = found["study"]
-    training, evaluation = study.get("training", {}), dict(study["evaluation"])
+    training = study.get("training", {})
+    evaluation = {k: v for k, v in study["evaluation"].items() if k not in CELLS_ONLY_EVALUATION}
     if evaluation.get("temperature") is None:
         evaluation["temperature"] = training.get("temperature", 1.0)
     if evaluation.get("max_tokens") is None:
