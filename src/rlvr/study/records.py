@@ -103,6 +103,11 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
 
 
+def describe_difference(path: Path, stored: dict[str, Any], current: dict[str, Any]) -> str:
+    """A record's path and, indented below it, each setting that differs (`changed`)."""
+    return f"{path}:\n      " + "\n      ".join(changed(stored, current))
+
+
 def read_record(path: Path) -> dict[str, Any]:
     try:
         return json.loads(Path(path).read_text())
@@ -152,7 +157,7 @@ def check_records(settings: StudySettings, results: Path) -> None:
         elif algo not in settings.algos:
             stored = {"study": stored["study"]}
         if digest(stored) != digest(current):
-            mismatched.append(f"{path}:\n      " + "\n      ".join(changed(stored, current)))
+            mismatched.append(describe_difference(path, stored, current))
     if mismatched:
         raise StudyError(
             f"{len(mismatched)} committed record(s) in {results} were made with another configuration than this "
@@ -222,7 +227,7 @@ def take_bases(settings: StudySettings, source: Path, seeds: list[int], sha: str
         stored = base_definition(record["definition"])
         their_sha = record.get("provenance", {}).get("model_sha256")
         if digest(stored) != digest(current):
-            refused.append(f"{path}:\n      " + "\n      ".join(changed(stored, current)))
+            refused.append(describe_difference(path, stored, current))
         elif sha is None or their_sha != sha:
             refused.append(f"{path}: starting weights sha256 {str(their_sha)[:16]}..., this study's "
                            f"{str(sha)[:16]}... ({settings.model})")
@@ -246,15 +251,19 @@ def _stats(summary: dict[str, dict]) -> dict[str, Stat]:
     return {k: Stat(**v) for k, v in summary.items()}
 
 
+def _by_step(values: dict[str, Any]) -> dict[int, Any]:
+    """A step-keyed mapping read back from JSON (whose keys are strings)."""
+    return {int(step): v for step, v in values.items()}
+
+
 def cell_from_json(data: dict[str, Any]):
     fields = {f.name for f in dataclasses.fields(CellRecord)}
     data = {k: v for k, v in data.items() if k in fields}
     return CellRecord(**{
         **data, "after": _stats(data["after"]), "sets": {n: _stats(s) for n, s in data.get("sets", {}).items()},
-        "curves": {k: {int(step): v for step, v in steps.items()} for k, steps in data["curves"].items()},
-        "batch_curves": {k: {int(step): v for step, v in steps.items()}
-                         for k, steps in data.get("batch_curves", {}).items()},
-        "reward_std": {int(step): v for step, v in data["reward_std"].items()},
+        "curves": {k: _by_step(steps) for k, steps in data["curves"].items()},
+        "batch_curves": {k: _by_step(steps) for k, steps in data.get("batch_curves", {}).items()},
+        "reward_std": _by_step(data["reward_std"]),
         "heldout_curve": {int(step): _stats(s) for step, s in data.get("heldout_curve", {}).items()},
     })
 
