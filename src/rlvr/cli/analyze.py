@@ -11,15 +11,28 @@ from rich.markdown import Markdown
 console = Console()
 
 
-def analyze(directory: Path = typer.Argument(..., help="A run, evaluation, benchmark or study directory.")) -> None:
+def analyze(
+    directory: Path = typer.Argument(..., help="A run, evaluation, benchmark or study directory."),
+    against: Path | None = typer.Option(
+        None, "--against", help="Another study (or its results directory) that differs from DIRECTORY in one thing: "
+        "their cells of the same algorithm and seed paired over the held-out examples, written to "
+        "DIRECTORY/against_<its name>.md."),
+) -> None:
     """Tables and plots: reward curves over training, per-turn rewards, the model x retriever grid, a study's report."""
     from rlvr.analysis import analyze as write_analysis
+    from rlvr.study.ablation import write_ablation
     from rlvr.study.layout import is_study
     from rlvr.study.report import write_report
 
     try:
+        if against is not None and not (is_study(directory) and is_study(against)):
+            raise ValueError(f"--against compares two studies: {directory if not is_study(directory) else against} "
+                             "is no study directory (study.json) or results directory (results.json)")
         # a study gets its paired comparisons across seeds, not one table per run
-        report = write_report(directory) if is_study(directory) else write_analysis(directory)
+        if against is not None:
+            report = write_ablation(directory, against)
+        else:
+            report = write_report(directory) if is_study(directory) else write_analysis(directory)
     except (FileNotFoundError, ValueError) as err:
         console.print(f"[red]error:[/red] {err}")
         raise typer.Exit(2) from err
