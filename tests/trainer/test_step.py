@@ -210,3 +210,39 @@ def test_torch_empty_cache_steps_is_honoured(tiny, tmp_path, monkeypatch):
     cfg = fixed_batch_config(tmp_path, max_steps=4, torch_empty_cache_steps=2)
     FixedBatchTrainer("tiny-random", cfg, random_samples(tiny, 2)).train()
     assert len(calls) == 2  # at steps 0 and 2
+
+
+def test_a_step_without_policy_signal_trains_on_the_sft_replay_term_alone(tiny, tmp_path):
+    """sft_replay on a batch whose every advantage is 0: the step still updates, by exactly the replay term's
+    gradient, sft_replay_coef x the mean NLL over both demonstrations' assistant tokens (accumulated over two
+    micro-batches, normalised by the tokens of both). SGD, no clipping: the change is -lr x that gradient."""
+    from test_replay import demonstration
+
+    from rlvr.trainer.replay import load_replay, replay_nll
+
+    demos = tmp_path / "demos.jsonl"
+    other = [{"role": "assistant", "content": "cherry pie"}]
+    demos.write_text(json.dumps(demonstration(1.0)) + "\n" + json.dumps(demonstration(1.0, other)) + "\n")
+    samples = [Sample(s.input_ids, s.loss_mask, s.behavior_logprobs, [0.0] * len(s), s.turn_index)
+               for s in random_samples(tiny, 8)]
+    cfg = fixed_batch_config(tmp_path / "run", micro_batch_size=1, batch_size=8, optim="sgd", learning_rate=0.05,
+                             max_grad_norm=1e9, sft_replay=str(demos), sft_replay_coef=0.5, sft_replay_batch=2)
+    trainer = FixedBatchTrainer("tiny-random", cfg, samples)
+    trainer.train()
+
+    model = AutoModelForCausalLM.from_pretrained(resolve("tiny-random"), dtype=torch.float32)
+    replay = load_replay(demos, trainer.processing_class, 1.0, cfg.max_seq_len)
+    assert len(replay) == 2  # both fit the trainer's max_seq_len: the trainer replays both
+    total, tokens = 0.0, 0
+    for ids, mask in zip(replay.input_ids, replay.action_mask, strict=True):
+        nll, n = replay_nll(model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long),
+                            torch.tensor([mask]), 512)
+        total, tokens = total + nll, tokens + n
+    (0.5 * total / tokens).backward()
+    record = step_record(tmp_path / "run")
+    assert record["train/replay_nll"] == pytest.approx(total.item() / tokens, rel=1e-5)
+    assert record["train/replay_tokens"] == tokens
+    trained = weights(trainer)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(trained[name], p.detach() - 0.05 * p.grad, rtol=1e-4, atol=1e-6)
+    assert any(p.grad.abs().sum() > 0 for p in model.parameters())
