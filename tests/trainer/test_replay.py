@@ -96,9 +96,11 @@ def test_the_replay_term_trains_the_policy_toward_the_demonstrations(training_se
     demos = tmp_path / "demos.jsonl"
     demos.write_text("".join(json.dumps(demonstration(1.0)) + "\n" for _ in range(4)))
     run_dir = tmp_path / "run"
-    cfg = config(str(run_dir), 3, sft_replay=str(demos), sft_replay_coef=5.0, sft_replay_batch=2)
+    cfg = config(str(run_dir), 3, batch_size=4, rollouts_per_example=2, micro_batch_size=4, sft_replay=str(demos),
+                 sft_replay_coef=5.0, sft_replay_batch=2)
     run_training(load_environment(), "tiny-random", cfg, server_url=training_server.url)
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     nll = [s["train/replay_nll"] for s in steps if "train/replay_nll" in s]
     assert len(nll) == 3 and all(s.get("train/replay_tokens", 0) > 0 for s in steps if "train/replay_nll" in s)
-    assert nll[2] < nll[0] - 0.5  # the random model learns the demonstrated words (2 identical rows a step)
+    # the random model learns the demonstrated words (measured: 10.63, 9.74, 9.22 nats a token)
+    assert nll[2] < nll[0] - 0.5
