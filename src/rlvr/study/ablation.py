@@ -53,8 +53,7 @@ def settings_difference(this: StudyData, other: StudyData) -> list[str]:
     for algo in [None, *shared_algos(this, other)]:
         for change in records.changed(records.definition(theirs, algo), records.definition(mine, algo)):
             # a cell's training options repeat the study's [training]: each difference is named once
-            if change not in found and f"study.{change}" not in found and not change.startswith(
-                    ("study.algos", "study.seeds")):
+            if change not in found and f"study.{change}" not in found:
                 found.append(change)
     return found
 
