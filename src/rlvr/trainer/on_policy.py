@@ -548,7 +548,7 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         micro_batches = batch.microbatches[self.accelerator.process_index]
         replay_stats = {}
         if self.replay is not None:
-            total_loss, replay_stats = self.replay_gradients(model)
+            total_loss, forwarded, replay_stats = self.replay_gradients(model)
         for index, micro in enumerate(micro_batches):
             input_ids, attention_mask = padded_tokens([s.input_ids for s in micro],
                                                       self.processing_class.pad_token_id, device)
@@ -625,16 +625,17 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
         stats = {f"train/{k}": finalize_stat_tracker(t, self.accelerator) for k, t in trackers.items()}
         return total_loss, forwarded, {**stats, **replay_stats}
 
-    def replay_gradients(self, model) -> tuple[torch.Tensor, dict[str, float]]:
+    def replay_gradients(self, model) -> tuple[torch.Tensor, int, dict[str, float]]:
         """sft_replay's term (rlvr.trainer.replay): sft_replay_coef x the mean NLL of this step's demonstrations,
         backward before the policy's micro-batches, whose last one ends the step's accumulation (and DDP's sync).
-        The step's logged loss includes it; train/replay_nll is its mean NLL per demonstration token."""
+        The step's logged loss includes it; train/replay_nll is its mean NLL per demonstration token. Returns the
+        term, the tokens forwarded and its statistics."""
         args, replay, device = self.args, self.replay, self.accelerator.device
         rows = replay_indices(len(replay), args.sft_replay_batch, args.seed, self.state.global_step,
                               self.accelerator.process_index)
         tokens = sum(sum(replay.action_mask[i][1:]) for i in rows)
         scale = args.sft_replay_coef / max(tokens, 1)
-        total = torch.zeros((), device=device)
+        total, forwarded = torch.zeros((), device=device), 0
         start = time.perf_counter()
         for first in range(0, len(rows), args.micro_batch_size):
             micro = rows[first:first + args.micro_batch_size]
@@ -647,7 +648,8 @@ class OnPolicyTrainer(TransformersOverrides, RLTrainer):
                     loss = nll * scale
                 self.accelerator.backward(loss)
             total = total + loss.detach()
-        return total, {"train/replay_nll": total.item() / args.sft_replay_coef, "train/replay_tokens": float(tokens),
+            forwarded += int(attention_mask.sum())
+        return total, forwarded, {"train/replay_nll": total.item() / args.sft_replay_coef, "train/replay_tokens": float(tokens),
                        "timing/replay_s": time.perf_counter() - start}
 
     # ---------------------------------------------------------------- token_credit.jsonl
