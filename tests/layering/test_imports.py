@@ -21,7 +21,7 @@ LAYERS = {
     "data": 3, "tools": 3, "rubrics": 3, "history": 3,
     "rollouts": 4, "hub": 4, "seeding": 4,
     "v1": 5,
-    "evaluation": 6, "testing": 6, "token_prompts": 6,
+    "evaluation": 6, "testing": 6, "token_prompts": 6, "trajectories": 6,
     "trainer": 7,
     "offline": 8, "analysis": 8,
     "demo": 9,

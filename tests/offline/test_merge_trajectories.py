@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.offline.trajectories import TrajectoryError, load_trajectories, merge_trajectories
+from rlvr.trajectories import TrajectoryError, load_trajectories, merge_trajectories
 
 PROMPT = [{"role": "user", "content": "Your task is to: put a lamp on the desk."}]
 AGENT = [{"role": "assistant", "content": "go to desk 1"}, {"role": "user", "content": "You see a lamp."},

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.offline.trajectories import load_trajectories
+from rlvr.trajectories import load_trajectories
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from rlvr.offline.collect import completed_groups
 from rlvr.offline.oreo import OREOCollator
-from rlvr.offline.trajectories import (
+from rlvr.trajectories import (
     Trajectory,
     TrajectoryError,
     from_record,

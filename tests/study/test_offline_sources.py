@@ -42,7 +42,7 @@ def test_the_collect_command_round_trips_through_the_cli(tmp_path, dtype):
 
 
 def test_a_collection_resumes_only_in_its_dtype(tmp_path):
-    from rlvr.offline.trajectories import TrajectoryError
+    from rlvr.trajectories import TrajectoryError
 
     check_settings(tmp_path, COLLECTED)  # collected before --dtype existed, or without it: vLLM's choice
     check_settings(tmp_path, COLLECTED)

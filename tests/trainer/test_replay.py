@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from train_script import config
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlvr.offline.trajectories import TrajectoryError, from_record, write_dataset
 from rlvr.trainer import run_training
 from rlvr.trainer.config import ConfigError, MTGRPOConfig
 from rlvr.trainer.replay import load_replay, replay_indices, replay_nll
+from rlvr.trajectories import TrajectoryError, from_record, write_dataset
 
 PROMPT = [{"role": "system", "content": "Play the game."}, {"role": "user", "content": "Round 0: pick a word."}]
 COMPLETION = [{"role": "assistant", "content": "apple"}, {"role": "user", "content": "Good. Another."},

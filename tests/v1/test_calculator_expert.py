@@ -17,7 +17,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from rlvr import models
-from rlvr.offline.trajectories import load_trajectories, tokenize
+from rlvr.trajectories import load_trajectories, tokenize
 from rlvr.v1.bridge import RENDERER, v1_python
 
 HERE = Path(__file__).parent

@@ -1,4 +1,4 @@
-"""Reference solutions as a trajectory dataset (rlvr.offline.trajectories' layout, `rlvr collect`'s): the expert
+"""Reference solutions as a trajectory dataset (rlvr.trajectories' layout, `rlvr collect`'s): the expert
 data of the SFT baseline. Each row's prompt is the environment's own, its completion the reference solution, its
 reward the environment's reward function applied to it, its steps one per line.
 
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from rlvr.io import atomic_write_text
-from rlvr.offline.trajectories import JSONL, Trajectory, segment, write_dataset
+from rlvr.trajectories import JSONL, Trajectory, segment, write_dataset
 from vf_arithmetic import correct_answer, load_environment
 
 

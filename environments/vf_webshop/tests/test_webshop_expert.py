@@ -8,7 +8,7 @@ import pytest
 from vf_webshop import load_environment
 from vf_webshop.expert import export_expert_dataset, main
 
-from rlvr.offline.trajectories import load_trajectories
+from rlvr.trajectories import load_trajectories
 
 
 def test_expert_dataset_buys_every_goal_and_reads_as_trajectories(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -13,10 +14,10 @@ console = Console()
 
 def analyze(
     directory: Path = typer.Argument(..., help="A run, evaluation, benchmark or study directory."),
-    against: Path | None = typer.Option(
-        None, "--against", help="Another study (or its results directory) that differs from DIRECTORY in one thing: "
+    against: Annotated[Path | None, typer.Option(
+        "--against", help="Another study (or its results directory) that differs from DIRECTORY in one thing: "
         "their cells of the same algorithm and seed paired over the held-out examples, written to "
-        "DIRECTORY/against_<its name>.md."),
+        "DIRECTORY/against_<its name>.md.")] = None,
 ) -> None:
     """Tables and plots: reward curves over training, per-turn rewards, the model x retriever grid, a study's report."""
     from rlvr.analysis import analyze as write_analysis

@@ -55,8 +55,8 @@ def collect(
     from rlvr import models
     from rlvr.offline.collect import CollectSettings, summary_rows
     from rlvr.offline.collect import collect as run_collect
-    from rlvr.offline.trajectories import SEGMENTATIONS, TrajectoryError
     from rlvr.serve.launch import VLLM_DTYPES
+    from rlvr.trajectories import SEGMENTATIONS, TrajectoryError
 
     if split not in ("train", "eval"):
         raise fail(f"--split must be 'train' or 'eval', got {split!r}")
@@ -141,8 +141,8 @@ def merge_trajectories(
                                      "(agents) or 'line'."),
 ) -> None:
     """Put several trajectory directories into one, e.g. expert and policy trajectories for OREO."""
-    from rlvr.offline.trajectories import SEGMENTATIONS, TrajectoryError
-    from rlvr.offline.trajectories import merge_trajectories as merge
+    from rlvr.trajectories import SEGMENTATIONS, TrajectoryError
+    from rlvr.trajectories import merge_trajectories as merge
 
     if segmentation not in SEGMENTATIONS:
         raise fail(f"--segmentation must be turn or line, got {segmentation!r}")
@@ -171,8 +171,8 @@ def offline_plan(algo: str, dataset: str | None, model: str | None) -> bool:
 def run_offline_plan(plan, config) -> None:
     """`rlvr train --algo sft|oreo --dataset DIR`: train, with errors that say what to fix."""
     from rlvr.offline.run import train_offline
-    from rlvr.offline.trajectories import TrajectoryError
     from rlvr.trainer import ConfigError, ResumeError
+    from rlvr.trajectories import TrajectoryError
 
     try:
         trainer = train_offline(plan.model, config, plan.dataset, resume=plan.resume)

@@ -1,5 +1,5 @@
 """`rlvr collect`: N rollouts per prompt of any environment from a policy served by `rlvr serve`, saved as a
-trajectory dataset (layout in rlvr.offline.trajectories) for SFT, rejection sampling and OREO.
+trajectory dataset (layout in rlvr.trajectories) for SFT, rejection sampling and OREO.
 
 Resumable: every finished group (the N rollouts of one prompt) is appended to predictions.jsonl and fsynced; a
 restarted collection skips the prompts whose group is complete and drops a group a crash left unfinished. The
@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.io import append_jsonl, atomic_write_json, atomic_write_text
-from rlvr.offline.trajectories import (
+from rlvr.rollouts import Rollout, group_by_example
+from rlvr.seeding import seeded_rollouts
+from rlvr.trajectories import (
     JSONL,
     Trajectory,
     TrajectoryError,
@@ -30,8 +32,6 @@ from rlvr.offline.trajectories import (
     segment,
     write_dataset,
 )
-from rlvr.rollouts import Rollout, group_by_example
-from rlvr.seeding import seeded_rollouts
 
 SETTINGS_FILE = "collect.json"
 

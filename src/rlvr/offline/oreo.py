@@ -40,10 +40,10 @@ from transformers import (
 )
 
 from rlvr.offline.losses import exact_kl, k3_kl, kl_regularizer, logratio_to_go, policy_loss, value_loss
-from rlvr.offline.recipe import OfflineOptions, OfflineRecipe, token_dataset
-from rlvr.offline.trajectories import Trajectory
+from rlvr.offline.recipe import OfflineOptions, OfflineRecipe
 from rlvr.trainer.config import ConfigError
 from rlvr.trainer.policy import frozen_reference, load_policy
+from rlvr.trajectories import Trajectory, token_dataset
 
 VALUE_DIR = "value"
 VALUE_STATE = "value_optimizer.pt"

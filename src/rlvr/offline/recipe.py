@@ -17,13 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from datasets import Dataset
-
-from rlvr.offline.trajectories import Trajectory, TrajectoryError, tokenize
 from rlvr.trainer.checkpoint import RunState, publish
 from rlvr.trainer.config import ConfigError
 from rlvr.trainer.hf_overrides import TransformersOverrides
 from rlvr.trainer.metrics import JsonlMetricsCallback, RichProgressCallback
+from rlvr.trajectories import Trajectory
 
 
 @dataclass
@@ -60,22 +58,6 @@ def fingerprint(trajectories: list[Trajectory]) -> str:
     for t in trajectories:
         digest.update(json.dumps(t.to_record(), sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
-
-
-def token_dataset(trajectories: list[Trajectory], tokenizer, max_length: int) -> tuple[Dataset, int]:
-    """The trajectories as token rows (input_ids, action_mask, step_starts, reward) and how many were too long."""
-    rows, too_long = [], 0
-    for n, trajectory in enumerate(trajectories):
-        tokens = tokenize(trajectory, tokenizer, where=f"trajectory {n} (example {trajectory.example_id})")
-        if len(tokens) > max_length:
-            too_long += 1
-            continue
-        rows.append({"input_ids": tokens.input_ids, "action_mask": tokens.action_mask,
-                     "step_starts": tokens.step_starts, "reward": tokens.reward})
-    if not rows:
-        raise TrajectoryError(f"no trajectory fits max_length={max_length} tokens ({too_long} are longer): "
-                              "raise max_length")
-    return Dataset.from_list(rows), too_long
 
 
 class OfflineRecipe(TransformersOverrides):

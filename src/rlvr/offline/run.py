@@ -23,10 +23,10 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from rlvr.io import atomic_write_json
-from rlvr.offline.trajectories import load_trajectories
 from rlvr.trainer.checkpoint import check_resume, read_run_state
 from rlvr.trainer.faults import resume_command, train_preemptibly
 from rlvr.trainer.recipes import trainer_class
+from rlvr.trajectories import load_trajectories
 
 
 def train_offline(model: str, config, dataset: str | Path, *, resume: bool | str = False,

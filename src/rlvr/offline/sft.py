@@ -1,7 +1,7 @@
 """Supervised fine-tuning on successful trajectories: the paper's SFT baseline (on expert trajectories) and its
 rejection-sampling baseline (on the policy's own successful ones; STaR / RAFT / ReST-EM), with TRL's SFTTrainer.
 
-Only the assistant's tokens are trained: the trajectories are tokenized by rlvr.offline.trajectories (the same
+Only the assistant's tokens are trained: the trajectories are tokenized by rlvr.trajectories (the same
 action marks OREO uses) and handed to TRL as `input_ids` + `assistant_masks`, from which TRL builds the labels
 (-100 elsewhere). Defaults follow the released OREO scripts (train_oreo_sft.sh: lr 2e-5, 3 epochs, batch 128,
 micro-batch 8, max length 2048, cosine schedule); the paper's rejection sampling uses lr 5e-6 and 1 epoch (math).
@@ -20,10 +20,10 @@ from typing import ClassVar
 from trl import SFTConfig, SFTTrainer
 
 from rlvr.models import base_reference
-from rlvr.offline.recipe import OfflineOptions, OfflineRecipe, token_dataset
-from rlvr.offline.trajectories import Trajectory, successful
+from rlvr.offline.recipe import OfflineOptions, OfflineRecipe
 from rlvr.trainer.config import causal_lm_lora
 from rlvr.trainer.policy import load_policy
+from rlvr.trajectories import Trajectory, successful, token_dataset
 
 
 @dataclass

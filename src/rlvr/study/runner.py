@@ -176,7 +176,7 @@ def check_study(settings: StudySettings, out: Path) -> None:
 
 def check_offline_datasets(settings: StudySettings, algos: list[str]) -> None:
     """The dataset of every offline recipe still to run loads, before the server starts and other cells run."""
-    from rlvr.offline.trajectories import TrajectoryError, load_trajectories
+    from rlvr.trajectories import TrajectoryError, load_trajectories
 
     for algo in dict.fromkeys(a for a in algos if is_offline(settings.recipe(a))):
         directory = settings.offline_datasets[algo]

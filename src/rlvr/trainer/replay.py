@@ -39,10 +39,9 @@ class ReplaySet:
 
 
 def load_replay(path: str | Path, tokenizer, min_reward: float | None, max_length: int) -> ReplaySet:
-    """The successful trajectories (reward >= min_reward) of a dataset `rlvr.offline.trajectories` reads, tokenized
+    """The successful trajectories (reward >= min_reward) of a dataset `rlvr.trajectories` reads, tokenized
     as the SFT recipe tokenizes them. TrajectoryError (naming the path) when none is usable."""
-    from rlvr.offline.recipe import token_dataset
-    from rlvr.offline.trajectories import TrajectoryError, load_trajectories, successful
+    from rlvr.trajectories import TrajectoryError, load_trajectories, successful, token_dataset
 
     try:
         kept = successful(load_trajectories(path, "turn"), min_reward)

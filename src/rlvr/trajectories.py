@@ -44,7 +44,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 Segmentation = Literal["turn", "line"]
 SEGMENTATIONS = ("turn", "line")
@@ -315,3 +318,21 @@ def tokenize(trajectory: Trajectory, tokenizer, where: str = "trajectory") -> To
         if action[token] and token > 0 and token not in starts:
             starts.append(token)
     return TokenizedTrajectory(ids, action, sorted(starts), trajectory.reward)
+
+
+def token_dataset(trajectories: list[Trajectory], tokenizer, max_length: int) -> tuple[Dataset, int]:
+    """The trajectories as token rows (input_ids, action_mask, step_starts, reward) and how many were too long."""
+    from datasets import Dataset
+
+    rows, too_long = [], 0
+    for n, trajectory in enumerate(trajectories):
+        tokens = tokenize(trajectory, tokenizer, where=f"trajectory {n} (example {trajectory.example_id})")
+        if len(tokens) > max_length:
+            too_long += 1
+            continue
+        rows.append({"input_ids": tokens.input_ids, "action_mask": tokens.action_mask,
+                     "step_starts": tokens.step_starts, "reward": tokens.reward})
+    if not rows:
+        raise TrajectoryError(f"no trajectory fits max_length={max_length} tokens ({too_long} are longer): "
+                              "raise max_length")
+    return Dataset.from_list(rows), too_long
