@@ -1,6 +1,7 @@
 """`rlvr analyze DIR --against OTHER` (rlvr.study.ablation) on study directories written by hand (test_report's
 make_study: known numbers, no training): the cells of the same algorithm and seed paired over the held-out
-examples, per seed and pooled, the settings that differ named, and studies that evaluate otherwise refused."""
+examples, per seed and pooled, the settings and starting weights that differ named, and studies that evaluate
+otherwise refused."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from test_report import make_study, table_row, write_json, write_results
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.study.ablation import compare, settings_difference, write_ablation
+from rlvr.study.ablation import compare, settings_difference, weights_difference, write_ablation
 from rlvr.study.layout import StudyLayout
 from rlvr.study.report import load_study
 
@@ -74,3 +75,26 @@ def test_the_cli_writes_the_comparison_and_names_a_directory_that_is_no_study(pa
     assert (treated / "against_plain.md").is_file()
     result = CliRunner().invoke(app, ["analyze", str(treated), "--against", str(tmp_path)])
     assert result.exit_code == 2 and "is no study directory" in " ".join(result.output.split())
+
+
+def started_from(root: Path, algo: str, seed: int, sha: str) -> None:
+    layout = StudyLayout(root)
+    done = layout.done(layout.cell(algo, seed))
+    write_json(done, {**json.loads(done.read_text()), "model_sha256": sha})
+
+
+def test_cells_that_started_from_other_weights_are_named_and_unrecorded_ones_said_unchecked(pair):
+    treated, control = pair
+    for root in pair:
+        for algo in ("grpo", "mt_grpo"):
+            started_from(root, algo, 0, "a" * 64)
+            started_from(root, algo, 1, "a" * 64)
+    started_from(treated, "grpo", 1, "b" * 64)
+    started_from(control, "grpo", 1, "a" * 64)
+    assert weights_difference(load_study(treated), load_study(control)) == [
+        f"starting weights sha256 {'a' * 16}... -> {'b' * 16}... (grpo/seed-1)"]
+    (StudyLayout(control).done(StudyLayout(control).cell("grpo", 1))).write_text(
+        json.dumps({"algo": "grpo", "seed": 1, "replicate": 0, "wall_s": {"total": 1.0}}))
+    text = write_ablation(treated, control).read_text()
+    assert "- `starting weights not checked (grpo/seed-1): a record names no sha256 of its weights`" in text
+    assert "grpo/seed-0" not in text.split("What differs")[1].split("| cell")[0]

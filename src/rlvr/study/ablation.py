@@ -58,6 +58,30 @@ def settings_difference(this: StudyData, other: StudyData) -> list[str]:
     return found
 
 
+def weights_difference(this: StudyData, other: StudyData) -> list[str]:
+    """The paired cells whose starting weights differ (each record's provenance names the sha256 of the weights it
+    trained from) or could not be compared: a study from another checkpoint is an ablation too, but never a silent
+    one, so each such pair is named beside the settings that differ."""
+    theirs = {(c.algo, c.seed): c for c in other.cells}
+    changed: dict[tuple[str, str], list[str]] = {}
+    unknown = []
+    for mine in this.cells:
+        their = theirs.get((mine.algo, mine.seed))
+        if their is None:
+            continue
+        name = f"{mine.algo}/seed-{mine.seed}"
+        a, b = mine.provenance.get("model_sha256"), their.provenance.get("model_sha256")
+        if a and b and a != b:
+            changed.setdefault((b, a), []).append(name)
+        elif not (a and b):
+            unknown.append(name)
+    found = [f"starting weights sha256 {b[:16]}... -> {a[:16]}... ({', '.join(cells)})"
+             for (b, a), cells in changed.items()]
+    if unknown:
+        found.append(f"starting weights not checked ({', '.join(unknown)}): a record names no sha256 of its weights")
+    return found
+
+
 def shared_algos(this: StudyData, other: StudyData) -> list[str]:
     return [a for a in this.algos if a in other.algos]
 
@@ -95,8 +119,8 @@ def _mean(values: dict[str, float]) -> float:
 def render_ablation(this_root: Path, other_root: Path, differences: Sequence[str], rows: Sequence[AblationRow],
                     split_by: str | None) -> str:
     lines = [f"# {this_root} against {other_root}", "",
-             "The cells both studies ran (same algorithm and seed: the same starting weights, data order and held-out "
-             "examples), this study's minus the other's, paired over the held-out examples (mean [95% interval] and "
+             "The cells both studies ran (same algorithm and seed: the same data order and held-out examples, and the "
+             "same starting weights unless listed below), this study's minus the other's, paired over the held-out examples (mean [95% interval] and "
              "examples higher / all); `pooled`: per example averaged over the seeds both ran.", "",
              "What differs (the other's -> this study's):", ""]
     lines += [f"- `{d}`" for d in differences] or ["- nothing in the unit definitions"]
@@ -115,7 +139,7 @@ def render_ablation(this_root: Path, other_root: Path, differences: Sequence[str
 def write_ablation(root: Path, other_root: Path) -> Path:
     """`rlvr analyze ROOT --against OTHER`: the comparison as markdown, ROOT/against_<OTHER's name>.md."""
     this, other = load_study(Path(root)), load_study(Path(other_root))
-    differences = settings_difference(this, other)
+    differences = settings_difference(this, other) + weights_difference(this, other)
     metrics = [m for m in this.report.headline if m in this.metrics]
     text = render_ablation(Path(root), Path(other_root), differences, compare(this, other, metrics),
                            this.report.split_by)
