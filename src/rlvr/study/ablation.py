@@ -21,7 +21,7 @@ from rlvr.study import records
 from rlvr.study.report import StudyData, fmt_diff, load_study
 from rlvr.study.settings import StudySettings
 from rlvr.study.stats import PairedDifference, paired_by_group, paired_difference, seed_averaged
-from rlvr.study.units import MAIN
+from rlvr.study.units import MAIN, CellRecord
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,9 @@ def weights_difference(this: StudyData, other: StudyData) -> list[str]:
     """The paired cells whose starting weights differ (each record's provenance names the sha256 of the weights it
     trained from) or could not be compared: a study from another checkpoint is an ablation too, but never a silent
     one, so each such pair is named beside the settings that differ."""
-    theirs = {(c.algo, c.seed): c for c in other.cells}
     changed: dict[tuple[str, str], list[str]] = {}
     unknown = []
-    for mine in this.cells:
-        their = theirs.get((mine.algo, mine.seed))
-        if their is None:
-            continue
+    for mine, their in paired_cells(this, other):
         name = f"{mine.algo}/seed-{mine.seed}"
         a, b = mine.provenance.get("model_sha256"), their.provenance.get("model_sha256")
         if a and b and a != b:
@@ -82,6 +78,12 @@ def weights_difference(this: StudyData, other: StudyData) -> list[str]:
     return found
 
 
+def paired_cells(this: StudyData, other: StudyData) -> list[tuple[CellRecord, CellRecord]]:
+    """(this study's cell, the other's) for every algorithm and seed both finished, in this study's order."""
+    theirs = {(c.algo, c.seed): c for c in other.cells}
+    return [(mine, theirs[(mine.algo, mine.seed)]) for mine in this.cells if (mine.algo, mine.seed) in theirs]
+
+
 def shared_algos(this: StudyData, other: StudyData) -> list[str]:
     return [a for a in this.algos if a in other.algos]
 
@@ -91,13 +93,12 @@ def compare(this: StudyData, other: StudyData, metrics: Sequence[str], evaluatio
     two seeds or more) the pooled row."""
     groups = this.example_groups(evaluation) | other.example_groups(evaluation)
     level = this.report.confidence
-    theirs = {(c.algo, c.seed): c for c in other.cells}
+    pairs = paired_cells(this, other)
     rows = []
     for metric in dict.fromkeys(metrics):
         for algo in shared_algos(this, other):
             per_seed = {}
-            for mine in (c for c in this.cells if c.algo == algo and (algo, c.seed) in theirs):
-                their = theirs[(algo, mine.seed)]
+            for mine, their in (pair for pair in pairs if pair[0].algo == algo):
                 a = mine.examples.get(evaluation, {}).get(metric, {})
                 b = their.examples.get(evaluation, {}).get(metric, {})
                 if a and b:
@@ -120,8 +121,8 @@ def render_ablation(this_root: Path, other_root: Path, differences: Sequence[str
                     split_by: str | None) -> str:
     lines = [f"# {this_root} against {other_root}", "",
              "The cells both studies ran (same algorithm and seed: the same data order and held-out examples, and the "
-             "same starting weights unless listed below), this study's minus the other's, paired over the held-out examples (mean [95% interval] and "
-             "examples higher / all); `pooled`: per example averaged over the seeds both ran.", "",
+             "same starting weights unless listed below), this study's minus the other's, paired over the held-out "
+             "examples (mean [95% interval] and examples higher / all); `pooled`: per example averaged over the seeds both ran.", "",
              "What differs (the other's -> this study's):", ""]
     lines += [f"- `{d}`" for d in differences] or ["- nothing in the unit definitions"]
     if not rows:
