@@ -135,6 +135,10 @@ def test_cli_overrides_and_errors(tmp_path):
     # an option outside the budget line is shown too, with the config's own ones
     assert "other training options: micro_batch_size=2, beta=0.04" in text
     assert "│ 3 │ to do │ to do │ to do │" in text and not out.exists()  # a dry run writes nothing
+    # one machine's share (--cells): the other units are shown as not selected
+    code, text = study("--config", config, "--out", out, "--dry-run", "--seeds", "3,4", "--cells", "grpo/seed-4")
+    assert code == 0 and "│ 3 │ not selected │ not selected │ not selected │" in text, text
+    assert "│ 4 │ not selected │ to do │ not selected │" in text, text
     config.write_text("replicates = 3\n" + config.read_text())
     code, text = study("--config", config, "--out", out, "--dry-run")
     assert code == 0 and "replicates: 3 runs of every cell with its own seed (4 same-seed re-runs to do" in text, text

@@ -152,6 +152,8 @@ def test_a_study_over_two_machines_resumes_an_interrupted_cell_and_reports(tiny_
     out = tmp_path / "b"
     dry = rlvr(*study, "--out", out, "--dry-run")
     assert dry.count("done (committed record)") == 2 and "2 cells to run" in dry
+    share = rlvr(*study, "--out", out, "--dry-run", "--cells", "grpo/seed-1")  # one machine's share
+    assert "1 cell to run" in share and share.count("not selected") == 1, share
     # a study that trains otherwise (another learning rate) would take these base evaluations, not run them again
     other = rlvr("study", "--config", config, "--results", tmp_path / "other", "--out", tmp_path / "o",
                  "--set", "learning_rate=2e-3", "--bases-from", results, "--dry-run")

@@ -135,10 +135,12 @@ def cell_state(settings, layout, algo: str, seed: int) -> str:
     return f"resumes from {Path(checkpoint).name}" if checkpoint else "to do"
 
 
-def show_plan(settings, out: Path) -> None:
+def show_plan(settings, out: Path, only=None) -> None:
+    """The study's grid with each unit's state, and what is left to run; `only` (--cells): one machine's share,
+    the other units shown as not selected and left out of the count."""
     from rlvr.study.layout import StudyLayout
     from rlvr.study.records import read_records
-    from rlvr.study.runner import is_done
+    from rlvr.study.runner import cell_key, is_done, pending
 
     layout = StudyLayout(out)
     console.print(f"[bold]study[/bold] {out}: {settings.env} with {settings.model}"
@@ -158,22 +160,28 @@ def show_plan(settings, out: Path) -> None:
     table = Table(title="cells")
     for column in ("seed", "base model", *settings.algos):
         table.add_column(column)
+    _, cells = pending(settings, layout, only)
+
+    def state(key: str, done: bool, described: str) -> str:
+        return described if done or only is None or key in only else "[dim]not selected[/dim]"
+
     for seed in settings.seeds:
-        base = "[green]done[/green]" if is_done(settings, layout, layout.base(seed)) else "to do"
-        table.add_row(str(seed), base, *(cell_state(settings, layout, a, seed) for a in settings.algos))
+        base_done = is_done(settings, layout, layout.base(seed))
+        base = state(f"base/seed-{seed}", base_done, "[green]done[/green]" if base_done else "to do")
+        table.add_row(str(seed), base, *(state(cell_key(a, seed), is_done(settings, layout, layout.cell(a, seed)),
+                                               cell_state(settings, layout, a, seed)) for a in settings.algos))
     console.print(table)
-    reruns = sum(not is_done(settings, layout, layout.cell(a, s, r)) for r in range(1, settings.replicates)
-                 for a in settings.algos for s in settings.seeds)
+    reruns = sum(r > 0 for _, _, r in cells)
     if settings.replicates > 1:
         console.print(f"replicates: {settings.replicates} runs of every cell with its own seed ({reruns} same-seed "
                       "re-runs to do, after the cells)")
     walls = [json.loads(p.read_text())["wall_s"]["total"] for p in out.glob("cells/*/seed-*/done.json")]
     if settings.results and Path(settings.results).is_dir():  # the committed cells' too (they ran elsewhere)
         walls += [c.wall_s["total"] for c in read_records(Path(settings.results))[1] if "total" in c.wall_s]
-    todo = reruns + sum(not is_done(settings, layout, layout.cell(a, s)) for a in settings.algos for s in settings.seeds)
+    todo = len(cells)
     if walls and todo:
         mean = sum(walls) / len(walls)
-        console.print(f"{todo} cells to run; at the {mean / 60:.1f} min per cell measured so far: "
+        console.print(f"{todo} cell{'s' if todo != 1 else ''} to run; at the {mean / 60:.1f} min per cell measured so far: "
                       f"about {todo * mean / 60:.0f} min (plus server start-up and base evaluations)")
 
 
@@ -232,7 +240,7 @@ def study(
         shared = take_bases(settings, bases_from, only, write=False) if bases_from else []
     except StudyError as err:
         raise fail(str(err)) from err
-    show_plan(settings, out)
+    show_plan(settings, out, only)
     if dry_run:
         if shared:
             console.print(f"--bases-from: would take {', '.join(shared)} from {bases_from}")
