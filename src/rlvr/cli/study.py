@@ -162,14 +162,16 @@ def show_plan(settings, out: Path, only=None) -> None:
         table.add_column(column)
     _, cells = pending(settings, layout, only)
 
-    def state(key: str, done: bool, described: str) -> str:
-        return described if done or only is None or key in only else "[dim]not selected[/dim]"
+    def shown(key: str, unit: Path, described: str) -> str:  # a done unit shows as done, selected or not
+        selected = only is None or key in only
+        return described if selected or is_done(settings, layout, unit) else "[dim]not selected[/dim]"
 
     for seed in settings.seeds:
-        base_done = is_done(settings, layout, layout.base(seed))
-        base = state(f"base/seed-{seed}", base_done, "[green]done[/green]" if base_done else "to do")
-        table.add_row(str(seed), base, *(state(cell_key(a, seed), is_done(settings, layout, layout.cell(a, seed)),
-                                               cell_state(settings, layout, a, seed)) for a in settings.algos))
+        base = layout.base(seed)
+        row = [shown(f"base/seed-{seed}", base, "[green]done[/green]" if is_done(settings, layout, base) else "to do")]
+        row += [shown(cell_key(a, seed), layout.cell(a, seed), cell_state(settings, layout, a, seed))
+                for a in settings.algos]
+        table.add_row(str(seed), *row)
     console.print(table)
     reruns = sum(r > 0 for _, _, r in cells)
     if settings.replicates > 1:
